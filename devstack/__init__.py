@@ -1,0 +1,1 @@
+"""Local stack manager: Kafka (KRaft), Redis, web, Celery worker and beat, from the project's own files."""

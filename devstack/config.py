@@ -1,0 +1,64 @@
+"""Where devstack keeps things and which ports each profile uses.
+
+Two profiles exist so that the test suite never disturbs a running demo: ``dev`` (the ports the README and
+the demo use) and ``test`` (the same services on other ports, with their own state folder and database).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MAVEN_DIR = Path(__file__).resolve().parent / "maven"
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+
+
+def cache_dir() -> Path:
+    """The download cache shared by every clone on this machine (jars are large and change rarely).
+
+    ``STREAMFORGE_CACHE`` overrides the default ``~/.cache/streamforge``.
+    """
+    return Path(os.environ.get("STREAMFORGE_CACHE", Path.home() / ".cache" / "streamforge")).resolve()
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One set of ports and one state folder (``.stack/<name>/``: pid files, logs, Kafka and Redis data)."""
+
+    name: str
+    kafka_port: int
+    controller_port: int
+    redis_port: int
+    web_port: int
+    debug: bool
+
+    @property
+    def state_dir(self) -> Path:
+        return REPO_ROOT / ".stack" / self.name
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://127.0.0.1:{self.redis_port}/0"
+
+    @property
+    def database_url(self) -> str:
+        """``DATABASE_URL`` from the environment when set, else a SQLite file in the state folder."""
+        return os.environ.get("DATABASE_URL") or f"sqlite:///{self.state_dir / 'db.sqlite3'}"
+
+    @property
+    def web_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
+
+PROFILES: dict[str, Profile] = {
+    "dev": Profile("dev", kafka_port=9092, controller_port=9093, redis_port=6379, web_port=8000, debug=True),
+    "test": Profile(
+        "test", kafka_port=19092, controller_port=19093, redis_port=16379, web_port=18000, debug=True
+    ),
+}

@@ -1,0 +1,433 @@
+"""The services devstack runs, and how each one is prepared, started, checked and stopped.
+
+Every service runs as a child in its own process session (so ``down`` can signal its whole group), with its
+output in ``<state>/logs/<name>.log`` and its pid plus the process start time in ``<state>/pids/<name>.json``
+(the start time guards against stopping an unrelated process that reused the pid). ``up`` is idempotent: a
+service whose recorded process is alive is left alone; a port held by anything else is reported, never
+waited on.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from devstack import jars
+from devstack.config import CONF_DIR, REPO_ROOT, Profile
+
+
+class StackError(RuntimeError):
+    """A service could not be prepared or started; the message says which and why, for a person to read."""
+
+
+@dataclass
+class Service:
+    """One process devstack manages.
+
+    ``prepare`` runs before every start (idempotent: fetch jars, format storage, migrate), ``command`` is the
+    argv, ``ready`` is polled until it returns True or ``ready_timeout`` seconds pass.
+    """
+
+    name: str
+    ports: tuple[int, ...]
+    command: Callable[[], list[str]]
+    ready: Callable[[], bool]
+    prepare: Callable[[], None] = lambda: None
+    env: Callable[[], dict[str, str]] = dict
+    ready_timeout: float = 60.0
+    stop_timeout: float = 20.0
+
+
+# ---------------------------------------------------------------------------------------------- processes
+
+
+def _pid_file(profile: Profile, name: str) -> Path:
+    return profile.state_dir / "pids" / f"{name}.json"
+
+
+def log_file(profile: Profile, name: str) -> Path:
+    """Where the service's stdout and stderr go."""
+    return profile.state_dir / "logs" / f"{name}.log"
+
+
+def running_process(profile: Profile, name: str) -> psutil.Process | None:
+    """The live process devstack started for ``name``, or None (a stale pid file is removed)."""
+    path = _pid_file(profile, name)
+    try:
+        record = json.loads(path.read_text())
+        proc = psutil.Process(record["pid"])
+        if abs(proc.create_time() - record["started"]) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE:
+            return proc
+    except (FileNotFoundError, ValueError, KeyError, psutil.NoSuchProcess, psutil.AccessDenied):
+        pass
+    path.unlink(missing_ok=True)
+    return None
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    """True when something accepts TCP connections on host:port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def port_owner(port: int) -> str:
+    """A short description of the process listening on ``port``, for error messages."""
+    try:
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+                proc = psutil.Process(conn.pid)
+                return f"pid {conn.pid} ({' '.join(proc.cmdline())[:120]})"
+    except (psutil.AccessDenied, psutil.NoSuchProcess):
+        pass
+    return "another process"
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+def start(profile: Profile, service: Service) -> str:
+    """Start ``service`` unless it already runs; wait until it is ready. Returns a one-line status.
+
+    Raises StackError when a port is taken by a process devstack did not start, when preparation fails,
+    when the process exits early, or when it is not ready within ``service.ready_timeout`` seconds.
+    """
+    proc = running_process(profile, service.name)
+    if proc is not None:
+        if service.ready():
+            return f"{service.name}: already running (pid {proc.pid})"
+        return f"{service.name}: running (pid {proc.pid}) but not ready yet; see {log_file(profile, service.name)}"
+    for port in service.ports:
+        if port_open(port):
+            raise StackError(
+                f"{service.name}: port {port} is already in use by {port_owner(port)}. "
+                f"Stop that process (or `make down` if it is an older stack) and rerun."
+            )
+    service.prepare()
+    log = log_file(profile, service.name)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    _pid_file(profile, service.name).parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **service.env()}
+    with log.open("ab") as out:
+        out.write(f"\n==== devstack start {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n".encode())
+        out.flush()
+        child = subprocess.Popen(
+            service.command(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=REPO_ROOT,
+            env=env,
+            start_new_session=True,
+        )
+    started = psutil.Process(child.pid).create_time()
+    _pid_file(profile, service.name).write_text(json.dumps({"pid": child.pid, "started": started}))
+    deadline = time.monotonic() + service.ready_timeout
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            _pid_file(profile, service.name).unlink(missing_ok=True)
+            raise StackError(
+                f"{service.name}: exited with code {child.returncode} while starting. Last log lines "
+                f"({log}):\n{_tail(log)}"
+            )
+        if service.ready():
+            return f"{service.name}: started (pid {child.pid})"
+        time.sleep(0.3)
+    stop(profile, service)
+    raise StackError(
+        f"{service.name}: not ready after {service.ready_timeout:.0f}s. Last log lines ({log}):\n{_tail(log)}"
+    )
+
+
+def stop(profile: Profile, service: Service) -> str:
+    """Stop the process devstack started for ``service`` (SIGTERM to its group, then SIGKILL)."""
+    proc = running_process(profile, service.name)
+    if proc is None:
+        return f"{service.name}: not running"
+    try:
+        pgid = os.getpgid(proc.pid)
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        pgid = None
+    try:
+        proc.wait(timeout=service.stop_timeout)
+    except psutil.TimeoutExpired:
+        if pgid is not None:
+            os.killpg(pgid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    _pid_file(profile, service.name).unlink(missing_ok=True)
+    return f"{service.name}: stopped"
+
+
+# ---------------------------------------------------------------------------------------------- readiness
+
+
+def _kafka_ready(bootstrap: str) -> Callable[[], bool]:
+    port = int(bootstrap.rsplit(":", 1)[1])
+
+    def check() -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        if not port_open(port):
+            return False
+        try:
+            admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 1000, "log_level": 0})
+            return len(admin.list_topics(timeout=2).brokers) > 0
+        except Exception:
+            return False
+
+    return check
+
+
+def _redis_ready(url: str) -> Callable[[], bool]:
+    def check() -> bool:
+        import redis
+
+        try:
+            return bool(redis.Redis.from_url(url, socket_timeout=1).ping())
+        except redis.RedisError:
+            return False
+
+    return check
+
+
+def _http_ready(url: str) -> Callable[[], bool]:
+    def check() -> bool:
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - our own loopback URL
+                return int(response.status) == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    return check
+
+
+def _log_says(profile: Profile, name: str, marker: str) -> Callable[[], bool]:
+    def check() -> bool:
+        text = log_file(profile, name).read_text(errors="replace")
+        last_start = text.rfind("==== devstack start")
+        return marker in text[last_start:]
+
+    return check
+
+
+# ---------------------------------------------------------------------------------------------- services
+
+
+def django_env(profile: Profile) -> dict[str, str]:
+    """The environment every Django process of ``profile`` gets (also printed by ``devstack env``)."""
+    return {
+        "DJANGO_SETTINGS_MODULE": "streamforge_web.settings",
+        "DJANGO_DEBUG": "true" if profile.debug else "false",
+        "DATABASE_URL": profile.database_url,
+        "REDIS_URL": profile.redis_url,
+        "KAFKA_BOOTSTRAP_SERVERS": profile.kafka_bootstrap,
+        "SPARK_MASTER": os.environ.get("SPARK_MASTER", "local[*]"),
+        "STREAMFORGE_SPARK_JARS": ",".join(str(p) for p in jars.spark_connector_jars()),
+        "STREAMFORGE_STATE_DIR": str(profile.state_dir),
+        "STREAMFORGE_WEB_URL": profile.web_url,
+    }
+
+
+def _kafka(profile: Profile) -> Service:
+    data_dir = profile.state_dir / "kafka" / "data"
+    config = profile.state_dir / "kafka" / "server.properties"
+
+    def prepare() -> None:
+        jar_dir = jars.kafka_jars()
+        java = shutil.which("java")
+        if java is None:
+            raise StackError("kafka: `java` (17 or newer) is not on PATH; install a JDK and rerun")
+        config.parent.mkdir(parents=True, exist_ok=True)
+        template = (CONF_DIR / "kafka-server.properties").read_text()
+        config.write_text(
+            template.format(
+                kafka_port=profile.kafka_port, controller_port=profile.controller_port, log_dir=data_dir
+            )
+        )
+        if not (data_dir / "meta.properties").exists():
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            result = subprocess.run(
+                [java, "-cp", f"{jar_dir}/*", "kafka.tools.StorageTool", "format", "-t", cluster_id,
+                 "-c", str(config)],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            if result.returncode != 0:
+                raise StackError(f"kafka: formatting KRaft storage failed:\n{result.stdout}{result.stderr}")
+
+    def command() -> list[str]:
+        return [
+            "java",
+            "-Xms256m",
+            "-Xmx1g",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={CONF_DIR / 'kafka-log4j2.properties'}",
+            "-cp",
+            f"{jars.kafka_jars()}/*",
+            "kafka.Kafka",
+            str(config),
+        ]
+
+    return Service(
+        "kafka",
+        (profile.kafka_port, profile.controller_port),
+        command,
+        _kafka_ready(profile.kafka_bootstrap),
+        prepare,
+        ready_timeout=90,
+        stop_timeout=30,
+    )
+
+
+# Debian packages the stack and the tests use, by the command each provides.
+SYSTEM_PACKAGES = {"redis-server": "redis-server", "kcat": "kcat"}
+
+
+def ensure_system_packages(commands: dict[str, str] | None = None) -> list[str]:
+    """Install, with apt-get, the Debian package of every command in ``commands`` that is not on PATH.
+
+    ``commands`` maps a command name to its package (default: SYSTEM_PACKAGES). Returns the packages
+    installed. Raises StackError when one is missing and this process cannot install it (not root, no apt).
+    """
+    wanted = commands if commands is not None else SYSTEM_PACKAGES
+    missing = sorted({package for command, package in wanted.items() if shutil.which(command) is None})
+    if not missing:
+        return []
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise StackError(
+            f"missing Debian packages {', '.join(missing)}: install them (apt-get install) and rerun"
+        )
+    print(f"devstack: installing Debian packages {', '.join(missing)} ...", flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *missing]):
+        result = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        if result.returncode != 0:
+            raise StackError(f"`{' '.join(cmd)}` failed:\n{result.stderr[-2000:]}")
+    return missing
+
+
+def _redis(profile: Profile) -> Service:
+    data_dir = profile.state_dir / "redis"
+
+    def prepare() -> None:
+        ensure_system_packages({"redis-server": "redis-server"})
+        data_dir.mkdir(parents=True, exist_ok=True)
+
+    def command() -> list[str]:
+        return [
+            "redis-server",
+            "--bind", "127.0.0.1",
+            "--port", str(profile.redis_port),
+            "--dir", str(data_dir),
+            "--save", "",
+            "--appendonly", "no",
+            "--daemonize", "no",
+        ]  # fmt: skip
+
+    return Service(
+        "redis", (profile.redis_port,), command, _redis_ready(profile.redis_url), prepare, ready_timeout=15
+    )
+
+
+def _manage(profile: Profile, *args: str) -> None:
+    env = {**os.environ, **django_env(profile)}
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise StackError(
+            f"manage.py {' '.join(args)} failed:\n{result.stdout[-1500:]}{result.stderr[-3000:]}"
+        )
+
+
+def _web(profile: Profile) -> Service:
+    def prepare() -> None:
+        profile.state_dir.mkdir(parents=True, exist_ok=True)
+        _manage(profile, "migrate", "--noinput")
+        _manage(profile, "collectstatic", "--noinput")
+
+    def command() -> list[str]:
+        return [
+            sys.executable, "-m", "daphne",
+            "-b", "127.0.0.1", "-p", str(profile.web_port),
+            "--proxy-headers",
+            "streamforge_web.asgi:application",
+        ]  # fmt: skip
+
+    return Service(
+        "web",
+        (profile.web_port,),
+        command,
+        _http_ready(f"{profile.web_url}/healthz"),
+        prepare,
+        env=lambda: django_env(profile),
+        ready_timeout=45,
+    )
+
+
+def _worker(profile: Profile) -> Service:
+    def command() -> list[str]:
+        return [
+            sys.executable, "-m", "celery", "-A", "streamforge_web", "worker",
+            "--loglevel", "INFO", "--concurrency", "2", "--hostname", f"worker-{profile.name}@%h",
+        ]  # fmt: skip
+
+    return Service(
+        "worker",
+        (),
+        command,
+        _log_says(profile, "worker", " ready."),
+        env=lambda: django_env(profile),
+        ready_timeout=60,
+        stop_timeout=30,
+    )
+
+
+def _beat(profile: Profile) -> Service:
+    schedule = profile.state_dir / "celerybeat-schedule"
+
+    def command() -> list[str]:
+        return [
+            sys.executable, "-m", "celery", "-A", "streamforge_web", "beat",
+            "--loglevel", "INFO", "--schedule", str(schedule), "--pidfile", "",
+        ]  # fmt: skip
+
+    return Service(
+        "beat",
+        (),
+        command,
+        _log_says(profile, "beat", "beat: Starting"),
+        env=lambda: django_env(profile),
+        ready_timeout=45,
+    )
+
+
+def services(profile: Profile) -> list[Service]:
+    """Every service of the stack, in start order (``down`` stops them in reverse)."""
+    return [_kafka(profile), _redis(profile), _web(profile), _worker(profile), _beat(profile)]

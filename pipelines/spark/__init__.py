@@ -1,0 +1,1 @@
+"""The pipeline driver: plain PySpark, no Django imports, so it runs the same way on a cluster."""

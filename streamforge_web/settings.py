@@ -1,0 +1,224 @@
+"""Django settings for StreamForge Web: every knob comes from the environment (see ``env.py``).
+
+Defaults suit a laptop (SQLite file, Redis and Kafka on loopback, ``local[*]`` Spark). With ``DJANGO_DEBUG``
+off, a secret key must be given and HTTPS hardening is on, so ``manage.py check --deploy`` is clean.
+
+| variable | default | meaning |
+|---|---|---|
+| DJANGO_DEBUG | false | Django debug mode |
+| DJANGO_SECRET_KEY | (required unless debug) | signing key; in debug a random key kept in the state folder |
+| DJANGO_ALLOWED_HOSTS | 127.0.0.1,localhost | host names served |
+| DJANGO_CSRF_TRUSTED_ORIGINS | (none) | extra origins for CSRF, e.g. https://sf.example.com |
+| DATABASE_URL | sqlite:///<repo>/db.sqlite3 | any dj-database-url URL (postgres://... for PostgreSQL) |
+| REDIS_URL | redis://127.0.0.1:6379/0 | Celery broker and results, Channels layer, driver progress |
+| KAFKA_BOOTSTRAP_SERVERS | 127.0.0.1:9092 | the Kafka cluster the pipelines use |
+| SPARK_MASTER | local[*] | where pipeline drivers run (local[*], spark://host:7077, k8s://...) |
+| STREAMFORGE_SPARK_JARS | (none) | comma-separated connector jars or folders of jars (devstack fills it in) |
+| STREAMFORGE_STATE_DIR | <repo>/.stack/dev | checkpoints, driver logs, the debug secret key |
+| STREAMFORGE_HTTPS | not debug | secure cookies, HSTS and the HTTPS redirect |
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+
+from streamforge_web.env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = env_bool("DJANGO_DEBUG", default=False)
+STATE_DIR = Path(env_str("STREAMFORGE_STATE_DIR", str(BASE_DIR / ".stack" / "dev")))
+
+
+def _debug_secret_key() -> str:
+    # A key kept beside the stack state, so sessions survive restarts; never committed, never used in production.
+    path = STATE_DIR / "secret_key"
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(50)
+    path.write_text(key)
+    path.chmod(0o600)
+    return key
+
+
+SECRET_KEY = env_str("DJANGO_SECRET_KEY", None if not DEBUG else "") or _debug_secret_key()
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "channels",
+    "streamforge_web",
+    "pipelines",
+    "dlq",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "streamforge_web.urls"
+ASGI_APPLICATION = "streamforge_web.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
+        conn_max_age=60,
+        conn_health_checks=True,
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Several processes (web, worker, beat, ingest) write: WAL lets readers run beside one writer, and
+    # IMMEDIATE transactions take the write lock up front instead of failing half-way with "database is locked".
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = STATE_DIR / "staticfiles"
+# In debug, serve straight from static/ (no collectstatic between edits).
+WHITENOISE_USE_FINDERS = DEBUG
+WHITENOISE_AUTOREFRESH = DEBUG
+if DEBUG:
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+
+# --- infrastructure -----------------------------------------------------------------------------------------
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+KAFKA_BOOTSTRAP_SERVERS = env_str("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")
+
+
+def _expand_jars(entries: list[str]) -> list[str]:
+    # An entry may name a folder of jars (as in the container image) or one jar file.
+    jars: list[str] = []
+    for entry in entries:
+        path = Path(entry)
+        jars.extend(sorted(str(jar) for jar in path.glob("*.jar")) if path.is_dir() else [entry])
+    return jars
+
+
+SPARK_JARS = _expand_jars(env_list("STREAMFORGE_SPARK_JARS", []))
+READINESS_TIMEOUT_SECONDS = env_int("STREAMFORGE_READINESS_TIMEOUT", 2, minimum=1)
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True  # a task whose worker dies is redelivered, not lost
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TIMEZONE = TIME_ZONE
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 30},
+    }
+}
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "StreamForge Web API",
+    "DESCRIPTION": "Pipelines, delivery metrics and the dead-letter-queue console.",
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# --- security ------------------------------------------------------------------------------------------------
+HTTPS = env_bool("STREAMFORGE_HTTPS", default=not DEBUG)
+SECURE_SSL_REDIRECT = HTTPS
+SESSION_COOKIE_SECURE = HTTPS
+CSRF_COOKIE_SECURE = HTTPS
+SECURE_HSTS_SECONDS = 31_536_000 if HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
+SECURE_HSTS_PRELOAD = HTTPS
+if env_bool("STREAMFORGE_BEHIND_PROXY", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]  # probes and scrapers speak plain HTTP
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("STREAMFORGE_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,129 @@
+"""Shared fixtures. Real services come from devstack's test profile (see the Makefile's ``test`` target):
+Kafka on 127.0.0.1:19092 and Redis on 127.0.0.1:16379, passed in through the environment."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from django.conf import settings
+
+# py4j logs at INFO from finalizers after pytest has closed its streams; nothing there is worth reading.
+logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    """The bootstrap servers of the real test broker."""
+    return str(settings.KAFKA_BOOTSTRAP_SERVERS)
+
+
+@pytest.fixture(scope="session")
+def kafka_admin(kafka_bootstrap: str) -> AdminClient:
+    """An AdminClient on the test broker; fails the test early when the broker is not up."""
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    try:
+        admin.list_topics(timeout=10)
+    except Exception as exc:
+        pytest.fail(f"the test Kafka broker at {kafka_bootstrap} does not answer ({exc}); run `make test`")
+    return admin
+
+
+@pytest.fixture
+def make_topic(kafka_admin: AdminClient) -> Iterator[Callable[..., str]]:
+    """Create uniquely named topics for one test and delete them afterwards."""
+    created: list[str] = []
+
+    def make(prefix: str = "t", partitions: int = 1, config: dict[str, str] | None = None) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        futures = kafka_admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])
+        futures[name].result(timeout=30)
+        created.append(name)
+        return name
+
+    yield make
+    if created:
+        for future in kafka_admin.delete_topics(created).values():
+            future.result(timeout=30)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """A private redis-server process a test may stop and start again on the same port."""
+
+    def __init__(self, directory: Path) -> None:
+        self.port = _free_port()
+        self.directory = directory
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        assert binary, "redis-server is not installed; `make test` installs it"
+        self.process = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--dir",
+                str(self.directory),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.05)
+        raise RuntimeError("private redis-server did not start")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+            self.process = None
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A running private Redis; stopped at the end of the test whatever state it was left in."""
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_session():
+    """One real local SparkSession (with the Kafka connector jars) shared by the Spark tests of a run."""
+    from pipelines.spark.session import build_session
+
+    session = build_session(
+        app_name="streamforge-tests",
+        master="local[2]",
+        jars=settings.SPARK_JARS,
+        conf={"spark.ui.enabled": "false"},
+    )
+    yield session
+    session.stop()

@@ -1,0 +1,70 @@
+"""devstack starts what is missing, leaves running services alone, and refuses a port someone else holds."""
+
+import socket
+import sys
+from dataclasses import replace
+
+import pytest
+
+from devstack.config import PROFILES
+from devstack.services import Service, StackError, port_open, running_process, start, stop
+
+
+@pytest.fixture
+def profile(tmp_path, monkeypatch):
+    monkeypatch.setattr("devstack.config.REPO_ROOT", tmp_path)
+    return replace(PROFILES["test"], name=f"unit-{tmp_path.name}")
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _http_service(port):
+    return Service(
+        name="http",
+        ports=(port,),
+        command=lambda: [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        ready=lambda: port_open(port),
+        ready_timeout=15,
+        stop_timeout=5,
+    )
+
+
+def test_up_starts_a_service_once_and_a_second_up_leaves_it_running(profile):
+    service = _http_service(_free_port())
+    try:
+        assert start(profile, service).startswith("http: started")
+        first = running_process(profile, "http")
+        assert start(profile, service).startswith("http: already running")
+        again = running_process(profile, "http")
+        assert again is not None
+        assert first is not None
+        assert again.pid == first.pid
+    finally:
+        assert stop(profile, service) == "http: stopped"
+    assert running_process(profile, "http") is None
+    assert stop(profile, service) == "http: not running"
+
+
+def test_a_port_held_by_another_process_is_reported_at_once_not_waited_on(profile):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(StackError, match=rf"port {port} is already in use by pid \d+"):
+            start(profile, _http_service(port))
+
+
+def test_a_service_that_exits_while_starting_fails_with_its_log_tail(profile):
+    service = Service(
+        name="broken",
+        ports=(),
+        command=lambda: [sys.executable, "-c", "import sys; print('boom: bad config'); sys.exit(3)"],
+        ready=lambda: False,
+        ready_timeout=10,
+    )
+    with pytest.raises(StackError, match=r"(?s)exited with code 3.*boom: bad config"):
+        start(profile, service)

@@ -1,0 +1,59 @@
+"""Liveness and readiness probes against the real database, Redis and Kafka."""
+
+import pytest
+
+pytestmark = [pytest.mark.django_db, pytest.mark.kafka, pytest.mark.redis]
+
+
+def test_healthz_answers_ok_without_logging_in(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_readyz_is_ready_when_database_redis_and_kafka_answer(client):
+    response = client.get("/readyz")
+    body = response.json()
+    assert response.status_code == 200, body
+    assert body["status"] == "ready"
+    assert set(body["checks"]) == {"database", "redis", "kafka"}
+    assert all(check["ok"] for check in body["checks"].values())
+
+
+def test_readyz_names_redis_while_it_is_stopped_and_recovers_when_it_is_back(client, settings, private_redis):
+    settings.REDIS_URL = private_redis.url
+    assert client.get("/readyz").status_code == 200
+
+    private_redis.stop()
+    response = client.get("/readyz")
+    body = response.json()
+    assert response.status_code == 503
+    assert body["status"] == "not ready"
+    assert body["failing"] == ["redis"]
+    assert "ConnectionError" in body["checks"]["redis"]["error"]
+
+    private_redis.start()
+    assert client.get("/readyz").status_code == 200
+
+
+def test_readyz_names_kafka_when_no_broker_answers(client, settings):
+    settings.KAFKA_BOOTSTRAP_SERVERS = "127.0.0.1:1"  # nothing listens on port 1
+    settings.READINESS_TIMEOUT_SECONDS = 1
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["failing"] == ["kafka"]
+
+
+def test_the_home_page_asks_an_anonymous_visitor_to_log_in(client):
+    response = client.get("/")
+    assert response.status_code == 302
+    assert response["Location"].startswith("/login/")
+
+
+def test_the_home_page_shows_each_dependency_to_a_logged_in_user(client, django_user_model):
+    user = django_user_model.objects.create_user("ops", password="a-long-password-1")
+    client.force_login(user)
+    response = client.get("/")
+    assert response.status_code == 200
+    for name in ("database", "redis", "kafka"):
+        assert f"<td>{name}</td>" in response.content.decode()
