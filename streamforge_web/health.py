@@ -98,7 +98,11 @@ def readiness() -> Readiness:
     with ThreadPoolExecutor(max_workers=2) as pool:
         redis_future = pool.submit(_timed, check_redis)
         kafka_future = pool.submit(_timed, check_kafka)
-        checks = {"database": _timed(check_database), "redis": redis_future.result(), "kafka": kafka_future.result()}
+        checks = {
+            "database": _timed(check_database),
+            "redis": redis_future.result(),
+            "kafka": kafka_future.result(),
+        }
     failing = [name for name, result in checks.items() if not result["ok"]]
     return {"status": "not ready" if failing else "ready", "failing": failing, "checks": checks}
 
