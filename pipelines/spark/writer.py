@@ -1,0 +1,500 @@
+"""Producing a micro-batch: runs inside Spark's Python workers through ``DataFrame.mapInArrow``.
+
+Spark computes every record's outcome per destination with built-in Column expressions (``pipelines.dsl.spark``);
+this module only moves the results to Kafka with confluent-kafka, one producer per Python worker, and reports
+per Spark partition what happened. Why not Spark's own Kafka sink: it cannot set record timestamps, cannot
+tell which single record was too large (it fails the whole batch), cannot retry one record with backoff, and
+cannot write transactionally. Here each record gets its own delivery report:
+
+* a produced record is acknowledged by the broker (``acks=all``, idempotent producer) before the task ends;
+* a record too large for its topic (client-side size check against the topic's ``max.message.bytes``, or the
+  broker's MESSAGE_TOO_LARGE) is dead-lettered as ``RecordTooLarge``, never retried;
+* a retriable failure is retried with the pipeline's retry policy (exponential backoff with jitter), then
+  dead-lettered as ``RetryExhausted``;
+* a DLQ write that still fails after ``max_dlq_retries`` raises PipelineHalt(DeadLetterQueue): the task
+  fails, so the batch fails, so Spark commits nothing for it;
+* a destination topic that does not exist or may not be written is a ``Config`` halt.
+
+In ``effectively_once`` mode each Spark partition (one Kafka source partition's offset range) is written in
+one Kafka transaction whose transactional id is derived from the pipeline and the source partition, and the
+range's end offset is committed to the pipeline's consumer group inside the same transaction
+(``send_offsets_to_transaction``). A replayed batch whose range is already committed is skipped, so
+``read_committed`` readers see each record once (the Kafka EOS consume-transform-produce pattern, KIP-98).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from pipelines.spark import contract as c
+from pipelines.spec import RetryPolicy
+
+#: What each Spark partition reports back to the driver.
+SUMMARY_SCHEMA = "topic string, partition int, min_offset long, max_offset long, records long, skipped boolean, counts string"
+_SUMMARY_ARROW = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("min_offset", pa.int64()),
+        ("max_offset", pa.int64()),
+        ("records", pa.int64()),
+        ("skipped", pa.bool_()),
+        ("counts", pa.string()),
+    ]
+)
+
+# Record batch v2 framing (Kafka protocol, "Record Batch" in the protocol guide): 61 bytes of batch header
+# plus per-record varints and attributes; 96 bytes covers one record's framing with room to spare.
+_RECORD_OVERHEAD = 96
+
+# MSG_SIZE_TOO_LARGE is both librdkafka's client-side refusal and the broker's MESSAGE_TOO_LARGE (code 10).
+_TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
+_CONFIG_ERRORS = {
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.TOPIC_EXCEPTION,
+}
+
+
+@dataclass(frozen=True)
+class DestinationInfo:
+    """What the writer needs of one destination: where it writes, its expressions (for DLQ headers) and the
+    topic's ``max.message.bytes``."""
+
+    name: str
+    topic: str
+    filter: str | None
+    transform: str | None
+    max_message_bytes: int
+
+
+@dataclass(frozen=True)
+class WriterConfig:
+    """Everything a Python worker needs to write one micro-batch; pickled to the executors by Spark."""
+
+    pipeline: str
+    revision: int
+    bootstrap: str
+    mode: str
+    consumer_group: str
+    destinations: tuple[DestinationInfo, ...]
+    dlq_topic: str
+    dlq_max_message_bytes: int
+    include_original_headers: bool
+    include_stack_trace: bool
+    max_dlq_retries: int
+    retry: RetryPolicy
+    producer_config: dict[str, Any] = field(default_factory=dict)
+    batch_id: int = -1
+    query_id: str = ""
+
+
+class _Pending:
+    """A record waiting for its delivery report."""
+
+    __slots__ = ("attempts", "dest", "headers", "key", "row", "timestamp", "topic", "value")
+
+    def __init__(
+        self,
+        row: int,
+        dest: int,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+        timestamp: int | None,
+    ) -> None:
+        self.row, self.dest, self.topic = row, dest, topic
+        self.value, self.key, self.headers, self.timestamp = value, key, headers, timestamp
+        self.attempts = 1
+
+
+# One producer (and consumer, for effectively_once) per Python worker process, reused across batches: Spark
+# reuses Python workers (spark.python.worker.reuse), and a producer costs a broker handshake to build.
+_PRODUCERS: dict[tuple[str, ...], Producer] = {}
+_CONSUMERS: dict[tuple[str, str], Consumer] = {}
+
+
+def _producer(config: WriterConfig, transactional_id: str | None) -> Producer:
+    limits = [d.max_message_bytes for d in config.destinations] + [config.dlq_max_message_bytes]
+    key = (config.bootstrap, transactional_id or "", str(max(limits)), str(min(limits)))
+    producer = _PRODUCERS.get(key)
+    if producer is None:
+        settings: dict[str, Any] = {
+            "bootstrap.servers": config.bootstrap,
+            "client.id": f"streamforge-{config.pipeline}-{socket.gethostname()}-{os.getpid()}",
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            # Batches stay within the smallest topic limit; a single record may be as large as the largest.
+            "batch.size": max(16_384, min(limits) - 4096),
+            "message.max.bytes": max(limits) + 4096,
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+            "message.timeout.ms": 30_000,
+            "topic.metadata.propagation.max.ms": 5_000,
+            **config.producer_config,
+        }
+        if transactional_id:
+            settings["transactional.id"] = transactional_id
+            settings["transaction.timeout.ms"] = 60_000
+        producer = Producer(settings)
+        if transactional_id:
+            producer.init_transactions(30)  # fences any zombie still holding this id
+        _PRODUCERS[key] = producer
+    return producer
+
+
+def _consumer(config: WriterConfig) -> Consumer:
+    key = (config.bootstrap, config.consumer_group)
+    consumer = _CONSUMERS.get(key)
+    if consumer is None:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": config.bootstrap,
+                "group.id": config.consumer_group,
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        _CONSUMERS[key] = consumer
+    return consumer
+
+
+def _record_size(value: bytes | None, key: bytes | None, headers: Sequence[tuple[str, bytes | None]]) -> int:
+    size = _RECORD_OVERHEAD + len(value or b"") + len(key or b"")
+    for name, data in headers:
+        size += len(name) + len(data or b"") + 10
+    return size
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class BatchWriter:
+    """Writes the rows of one Spark partition and counts what happened to each (see the module docstring).
+
+    Columns expected in each Arrow batch: ``topic, partition, offset, key, value, headers, deser_error`` and,
+    per destination i, ``o{i}`` (outcome), ``v{i}``, ``k{i}``, ``h{i}``, ``t{i}`` (produced value, key,
+    headers, timestamp ms), ``e{i}``, ``m{i}`` (error type and message).
+    """
+
+    def __init__(self, config: WriterConfig) -> None:
+        self.config = config
+        self.counts: Counter[str] = Counter()
+        self.failed: list[tuple[_Pending, KafkaError]] = []
+        self.dlq_failed: list[tuple[_Pending, KafkaError]] = []
+        self.topic = ""
+        self.partition = -1
+        self.min_offset = -1
+        self.max_offset = -1
+        self.records = 0
+        self.producer: Producer | None = None
+        self.transactional = config.mode == "effectively_once"
+        self.random = random.Random()  # noqa: S311 - backoff jitter, not cryptography
+        # The source record of each row, kept only as long as the partition is written (DLQ needs originals).
+        self._rows: list[
+            tuple[str, int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
+        ] = []
+
+    # -- producing ------------------------------------------------------------------------------------------
+
+    def _produce(self, pending: _Pending, *, dlq: bool) -> None:
+        assert self.producer is not None
+        failures = self.dlq_failed if dlq else self.failed
+
+        def report(err: KafkaError | None, _msg: Any) -> None:
+            if err is not None:
+                failures.append((pending, err))
+
+        while True:
+            try:
+                self.producer.produce(
+                    pending.topic,
+                    value=pending.value,
+                    key=pending.key,
+                    headers=pending.headers,  # type: ignore[arg-type]  # the stubs miss None values
+                    timestamp=pending.timestamp or 0,
+                    on_delivery=report,
+                )
+                return
+            except BufferError:
+                self.producer.poll(0.05)  # local queue full: serve delivery reports, then try again
+            except KafkaException as exc:
+                failures.append((pending, exc.args[0]))
+                return
+
+    def _dlq_record(
+        self,
+        row: int,
+        dest_name: str,
+        dest_index: int | None,
+        error_type: str,
+        message: str,
+        attempts: int,
+        trace: str = "",
+    ) -> _Pending:
+        topic, partition, offset, key, value, original = self._rows[row]
+        config = self.config
+        headers: list[tuple[str, bytes | None]] = list(original) if config.include_original_headers else []
+        dest = config.destinations[dest_index] if dest_index is not None else None
+        headers += [
+            (c.H_ERROR, message.encode()),
+            (c.H_ERROR_TYPE, error_type.encode()),
+            (c.H_SOURCE_TOPIC, topic.encode()),
+            (c.H_SOURCE_PARTITION, str(partition).encode()),
+            (c.H_SOURCE_OFFSET, str(offset).encode()),
+            (c.H_TIMESTAMP, _now_iso().encode()),
+            (c.H_PIPELINE, config.pipeline.encode()),
+            (c.H_DESTINATION, dest_name.encode()),
+            (c.H_FILTER, ((dest.filter or "") if dest else "").encode()),
+            (c.H_TRANSFORM, ((dest.transform or "") if dest else "").encode()),
+            (c.H_REVISION, str(config.revision).encode()),
+            (c.H_ATTEMPTS, str(attempts).encode()),
+        ]
+        if config.include_stack_trace and trace:
+            headers.append((c.H_STACK_TRACE, trace.encode()))
+        return _Pending(
+            row, -1 if dest_index is None else dest_index, config.dlq_topic, value, key, headers, None
+        )
+
+    def _dead_letter(self, pending: _Pending, error_type: str) -> None:
+        self.counts[f"dlq_type:{error_type}"] += 1
+        self.counts["dlq_records"] += 1
+        self._produce(pending, dlq=True)
+
+    # -- one partition --------------------------------------------------------------------------------------
+
+    def write(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Consume the partition's Arrow batches, produce everything, wait for every acknowledgement, and
+        yield one summary row. Raises PipelineHalt for DeadLetterQueue and Config conditions."""
+        first = True
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            cols = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
+            topics = cols["topic"].to_pylist()
+            partitions = cols["partition"].to_pylist()
+            offsets = cols["offset"].to_pylist()
+            if first:
+                first = False
+                self.topic, self.partition, self.min_offset = topics[0], partitions[0], offsets[0]
+                if self.transactional and self._already_committed():
+                    # This offset range was written and committed by an earlier attempt of the same batch.
+                    self.records += batch.num_rows + sum(b.num_rows for b in batches)
+                    yield self._summary(skipped=True)
+                    return
+                self._open()
+            self._write_rows(cols, topics, partitions, offsets)
+        if first:
+            return  # an empty partition: nothing to report
+        self._finish()
+        yield self._summary(skipped=False)
+
+    def _already_committed(self) -> bool:
+        committed = _consumer(self.config).committed([TopicPartition(self.topic, self.partition)], timeout=30)
+        return bool(committed) and committed[0].offset > self.min_offset
+
+    def _open(self) -> None:
+        transactional_id = None
+        if self.transactional:
+            transactional_id = f"streamforge-{self.config.pipeline}-{self.topic}-{self.partition}"
+        self.producer = _producer(self.config, transactional_id)
+        if self.transactional:
+            self.producer.begin_transaction()
+
+    def _write_rows(
+        self, cols: dict[str, pa.Array], topics: list[str], partitions: list[int], offsets: list[int]
+    ) -> None:
+        config = self.config
+        keys = cols["key"].to_pylist()
+        values = cols["value"].to_pylist()
+        headers = [[(h["key"], h["value"]) for h in hs] if hs else [] for hs in cols["headers"].to_pylist()]
+        deser = cols["deser_error"].to_pylist()
+        per_dest = [
+            (
+                cols[f"o{i}"].to_pylist(),
+                cols[f"v{i}"].to_pylist(),
+                cols[f"k{i}"].to_pylist(),
+                cols[f"h{i}"].to_pylist(),
+                cols[f"t{i}"].to_pylist(),
+                cols[f"e{i}"].to_pylist(),
+                cols[f"m{i}"].to_pylist(),
+            )
+            for i in range(len(config.destinations))
+        ]
+        base = len(self._rows)
+        for j in range(len(offsets)):
+            self._rows.append((topics[j], partitions[j], offsets[j], keys[j], values[j], headers[j]))
+        self.records += len(offsets)
+        self.max_offset = max(self.max_offset, offsets[-1])
+        limits = [d.max_message_bytes for d in config.destinations]
+        for j in range(len(offsets)):
+            row = base + j
+            lineage = f"{topics[j]}/{partitions[j]}/{offsets[j]}".encode()
+            if deser[j] is not None:
+                for d in config.destinations:
+                    self.counts[f"dest:{d.name}:dead_lettered"] += 1
+                self._dead_letter(
+                    self._dlq_record(row, c.ALL_DESTINATIONS, None, c.MESSAGE_DESERIALIZATION, deser[j], 1),
+                    c.MESSAGE_DESERIALIZATION,
+                )
+                continue
+            for i, dest in enumerate(config.destinations):
+                outcome, value, key, out_headers, ts, etype, emsg = (col[j] for col in per_dest[i])
+                if outcome == "produced":
+                    hdrs = [(h["key"], h["value"]) for h in out_headers] if out_headers else []
+                    hdrs.append((c.H_LINEAGE, lineage))
+                    if _record_size(value, key, hdrs) > limits[i]:
+                        self.counts[f"dest:{dest.name}:dead_lettered"] += 1
+                        size = len(value or b"")
+                        self._dead_letter(
+                            self._dlq_record(
+                                row, dest.name, i, c.RECORD_TOO_LARGE,
+                                f"record of {size} bytes exceeds max.message.bytes={limits[i]} of topic {dest.topic}", 1,
+                            ),
+                            c.RECORD_TOO_LARGE,
+                        )  # fmt: skip
+                        continue
+                    self.counts[f"dest:{dest.name}:produced"] += 1
+                    self._produce(_Pending(row, i, dest.topic, value, key, hdrs, ts), dlq=False)
+                elif outcome == "filtered":
+                    self.counts[f"dest:{dest.name}:filtered"] += 1
+                else:
+                    self.counts[f"dest:{dest.name}:dead_lettered"] += 1
+                    self._dead_letter(self._dlq_record(row, dest.name, i, etype, emsg or etype, 1), etype)
+            if self.producer is not None:
+                self.producer.poll(0)
+
+    def _flush(self) -> None:
+        assert self.producer is not None
+        while self.producer.flush(1.0) > 0:
+            pass
+
+    def _finish(self) -> None:
+        """Wait for every acknowledgement; retry, reroute or halt on failures; commit the transaction."""
+        self._flush()
+        if self.transactional and (self.failed or self.dlq_failed):
+            errors = [err for _, err in (self.failed + self.dlq_failed)]
+            assert self.producer is not None
+            self.producer.abort_transaction(30)
+            self._raise_for(errors, dlq=bool(self.dlq_failed))
+            raise RuntimeError(f"transaction aborted: {errors[0]}")  # retriable: the batch is replayed
+        self._handle_destination_failures()
+        self._handle_dlq_failures()
+        if self.transactional:
+            assert self.producer is not None
+            offsets = [TopicPartition(self.topic, self.partition, self.max_offset + 1)]
+            self.producer.send_offsets_to_transaction(
+                offsets, _consumer(self.config).consumer_group_metadata(), 30
+            )
+            self.producer.commit_transaction(60)
+
+    def _raise_for(self, errors: list[KafkaError], *, dlq: bool) -> None:
+        if dlq:
+            raise c.PipelineHalt(
+                c.DEAD_LETTER_QUEUE, f"cannot write to DLQ topic {self.config.dlq_topic}: {errors[0].str()}"
+            )
+        config_errors = [e for e in errors if e.code() in _CONFIG_ERRORS]
+        if config_errors:
+            raise c.PipelineHalt(c.CONFIG, f"a destination topic cannot be written: {config_errors[0].str()}")
+
+    def _handle_destination_failures(self) -> None:
+        attempt = 1
+        while self.failed:
+            failures, self.failed = self.failed, []
+            self._raise_for([err for _, err in failures], dlq=False)
+            retry: list[_Pending] = []
+            for pending, err in failures:
+                dest = self.config.destinations[pending.dest]
+                if err.code() in _TOO_LARGE:
+                    self._reroute(
+                        pending, dest, c.RECORD_TOO_LARGE, f"{dest.topic} refused the record: {err.str()}"
+                    )
+                elif attempt >= self.config.retry.max_attempts or not (err.retriable() or _transient(err)):
+                    self._reroute(
+                        pending, dest, c.RETRY_EXHAUSTED, f"after {pending.attempts} attempts: {err.str()}"
+                    )
+                else:
+                    retry.append(pending)
+            if retry:
+                time.sleep(self.config.retry.delay_ms(attempt, self.random.random()) / 1000.0)
+                attempt += 1
+                for pending in retry:
+                    pending.attempts += 1
+                    self.counts["retries"] += 1
+                    self._produce(pending, dlq=False)
+            self._flush()
+
+    def _reroute(self, pending: _Pending, dest: DestinationInfo, error_type: str, message: str) -> None:
+        self.counts[f"dest:{dest.name}:produced"] -= 1
+        self.counts[f"dest:{dest.name}:dead_lettered"] += 1
+        self._dead_letter(
+            self._dlq_record(pending.row, dest.name, pending.dest, error_type, message, pending.attempts),
+            error_type,
+        )
+        self._flush()
+
+    def _handle_dlq_failures(self) -> None:
+        attempt = 1
+        while self.dlq_failed:
+            failures, self.dlq_failed = self.dlq_failed, []
+            if attempt > self.config.max_dlq_retries:
+                self._raise_for([err for _, err in failures], dlq=True)
+            time.sleep(self.config.retry.delay_ms(attempt, self.random.random()) / 1000.0)
+            attempt += 1
+            for pending, _err in failures:
+                self.counts["dlq_retries"] += 1
+                self._produce(pending, dlq=True)
+            self._flush()
+
+    def _summary(self, *, skipped: bool) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pylist(
+            [
+                {
+                    "topic": self.topic,
+                    "partition": self.partition,
+                    "min_offset": self.min_offset,
+                    "max_offset": self.max_offset,
+                    "records": self.records,
+                    "skipped": skipped,
+                    "counts": json.dumps(dict(self.counts)),
+                }
+            ],
+            schema=_SUMMARY_ARROW,
+        )
+
+
+def _transient(err: KafkaError) -> bool:
+    return err.code() in {
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+    }
+
+
+def make_partition_writer(
+    config: WriterConfig,
+) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
+    """The function ``mapInArrow`` runs per Spark partition (schema SUMMARY_SCHEMA)."""
+
+    def write_partition(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+        return BatchWriter(config).write(iter(batches))
+
+    return write_partition

@@ -1,0 +1,111 @@
+"""Teams and roles (who may see and do what, see ../shared/DESIGN.md "Roles") and the audit log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+
+
+class Role(models.TextChoices):
+    """Roles in rising order of power; each includes the ones before it.
+
+    viewer: read. operator: fix, replay, skip, bulk, start/stop. approver: also approve deletes and large bulk
+    actions (never their own request). admin: also pipelines, users and runbooks, across every team.
+    """
+
+    VIEWER = "viewer", "Viewer"
+    OPERATOR = "operator", "Operator"
+    APPROVER = "approver", "Approver"
+    ADMIN = "admin", "Admin"
+
+    @classmethod
+    def rank(cls, role: str) -> int:
+        """0 for viewer up to 3 for admin; ValueError for an unknown role."""
+        return [cls.VIEWER, cls.OPERATOR, cls.APPROVER, cls.ADMIN].index(cls(role))
+
+
+class Team(models.Model):
+    """A group of people owning pipelines; non-admins act only on their teams' pipelines."""
+
+    name = models.SlugField(max_length=63, unique=True)
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    """A user's role in one team. A user with the admin role in any team is an admin everywhere."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "team"], name="one_membership_per_team")]
+
+    def __str__(self) -> str:
+        return f"{self.user} is {self.role} in {self.team}"
+
+
+class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
+    """Refuses bulk changes: audit events are only ever appended (``streamforge_web.audit.record``)."""
+
+    def update(self, **kwargs: Any) -> int:
+        raise AuditLogIsAppendOnly("audit events cannot be updated")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise AuditLogIsAppendOnly("audit events cannot be deleted")
+
+
+class AuditLogIsAppendOnly(Exception):
+    """Raised on any attempt, through the application, to change or remove an audit event."""
+
+
+class AuditEvent(models.Model):
+    """One mutation, who did it and why, chained to the event before it by SHA-256.
+
+    ``hash`` covers every field below plus ``prev_hash``; editing or removing any event breaks the chain at
+    that point, which ``streamforge_web.audit.verify_chain`` reports. ``prev_hash`` is unique, so two writers
+    racing to append after the same event cannot both succeed (the loser retries on the new tail).
+    """
+
+    sequence = models.PositiveBigIntegerField(unique=True)
+    created_at = models.DateTimeField()
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+", null=True, blank=True
+    )
+    actor_name = models.CharField(max_length=150, help_text="kept as text: the record outlives renames")
+    action = models.CharField(max_length=64, db_index=True)
+    target_type = models.CharField(max_length=64)
+    target_id = models.CharField(max_length=128)
+    reason = models.TextField(blank=True)
+    before_digest = models.CharField(max_length=64, blank=True)
+    after_digest = models.CharField(max_length=64, blank=True)
+    details = models.JSONField(default=dict, blank=True)
+    request_id = models.CharField(max_length=64, blank=True)
+    prev_hash = models.CharField(max_length=64, unique=True)
+    hash = models.CharField(max_length=64, unique=True)
+
+    objects = AuditEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-sequence"]
+        indexes = [models.Index(fields=["target_type", "target_id"])]
+
+    def __str__(self) -> str:
+        return f"#{self.sequence} {self.actor_name} {self.action} {self.target_type}:{self.target_id}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None:
+            raise AuditLogIsAppendOnly("audit events cannot be updated")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise AuditLogIsAppendOnly("audit events cannot be deleted")

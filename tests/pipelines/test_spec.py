@@ -1,0 +1,93 @@
+"""A pipeline spec is validated field by field; every problem comes back at once with its dotted path."""
+
+import pytest
+
+from pipelines.spec import SpecError, parse_spec
+from tests.pipelines.conftest import github_spec
+
+
+def _errors(data, name="demo"):
+    with pytest.raises(SpecError) as caught:
+        parse_spec(data, pipeline_name=name)
+    return caught.value.errors
+
+
+def test_a_minimal_spec_gets_every_default_filled_in():
+    spec = parse_spec(github_spec(), pipeline_name="demo")
+    assert spec.source.consumer_group == "streamforge-demo"
+    assert spec.source.starting_offsets == "earliest"
+    assert spec.delivery.mode == "at_least_once"
+    assert spec.delivery.commit_strategy.kind == "batch"
+    assert spec.retry.max_attempts == 5
+    assert spec.dlq.include_original_headers is True
+    assert spec.error_handling.missing_field_behavior == "error"
+    assert spec.destinations[0].timestamp == "PRESERVE"
+    assert spec.output_topics() == ["github.pushes", "github.pull_requests", "github.events.dlq"]
+
+
+def test_the_canonical_json_parses_back_to_the_same_spec():
+    spec = parse_spec(github_spec(), pipeline_name="demo")
+    assert parse_spec(spec.to_json(), pipeline_name="demo") == spec
+
+
+def test_an_unparsable_filter_is_refused_with_its_field_and_position():
+    data = github_spec()
+    data["destinations"][1]["filter"] = "/type,=~,PullRequestEvent"
+    errors = _errors(data)
+    assert list(errors) == ["destinations.1.filter"]
+    assert errors["destinations.1.filter"][0].startswith("DslParse at 6:")
+
+
+def test_every_problem_is_reported_at_once():
+    data = github_spec()
+    data["source"]["topics"] = ["bad topic!"]
+    data["destinations"][0]["transform"] = "NOPE:/x"
+    data["retry"] = {"max_attempts": 0, "jitter": "lots"}
+    data["delivery"] = {"mode": "exactly_twice"}
+    errors = _errors(data)
+    assert set(errors) >= {
+        "source.topics.0",
+        "destinations.0.transform",
+        "retry.max_attempts",
+        "retry.jitter",
+        "delivery.mode",
+    }
+
+
+def test_kafka_auto_commit_is_refused_with_the_reason():
+    data = github_spec()
+    data["delivery"] = {"commit_strategy": {"kind": "auto"}}
+    message = _errors(data)["delivery.commit_strategy.kind"][0]
+    assert "auto-commit is refused" in message
+
+
+def test_unknown_fields_are_refused_rather_than_ignored():
+    data = github_spec()
+    data["destinations"][0]["filtre"] = "/type,==,PushEvent"
+    assert "destinations.0.filtre" in _errors(data)
+
+
+def test_the_dlq_topic_must_differ_from_the_source_and_destinations():
+    data = github_spec(dlq="github.pushes")
+    assert "dlq.topic" in _errors(data)
+
+
+def test_a_destination_may_not_write_back_to_its_source():
+    data = github_spec(pushes="github.events")
+    assert "destinations.0.topic" in _errors(data)
+
+
+def test_a_boolean_is_not_accepted_where_a_number_is_expected():
+    data = github_spec()
+    data["retry"] = {"max_attempts": True}
+    assert _errors(data)["retry.max_attempts"] == ["must be an integer, not a boolean"]
+
+
+def test_retry_delays_grow_exponentially_within_the_jitter_band_and_stop_at_the_cap():
+    data = github_spec()
+    data["retry"] = {"initial_delay_ms": 100, "multiplier": 2, "max_delay_ms": 1000, "jitter": 0.2}
+    retry = parse_spec(data, pipeline_name="demo").retry
+    assert retry.delay_ms(1, 0.5) == 100
+    assert retry.delay_ms(3, 0.5) == 400
+    assert retry.delay_ms(10, 0.5) == 1000
+    assert 80 <= retry.delay_ms(1, 0.0) <= retry.delay_ms(1, 0.999) <= 120
