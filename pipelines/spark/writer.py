@@ -125,37 +125,47 @@ class _Pending:
 
 # One producer (and consumer, for effectively_once) per Python worker process, reused across batches: Spark
 # reuses Python workers (spark.python.worker.reuse), and a producer costs a broker handshake to build.
-_PRODUCERS: dict[tuple[str, ...], Producer] = {}
+_PRODUCERS: dict[tuple[str, str, str], Producer] = {}
 _CONSUMERS: dict[tuple[str, str], Consumer] = {}
 
 
-def _producer(config: WriterConfig, transactional_id: str | None) -> Producer:
+def _producer_settings(config: WriterConfig) -> dict[str, Any]:
     limits = [d.max_message_bytes for d in config.destinations] + [config.dlq_max_message_bytes]
-    key = (config.bootstrap, transactional_id or "", str(max(limits)), str(min(limits)))
+    return {
+        "bootstrap.servers": config.bootstrap,
+        "client.id": f"streamforge-{config.pipeline}-{socket.gethostname()}-{os.getpid()}",
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        # Batches stay within the smallest topic limit; a single record may be as large as the largest.
+        "batch.size": max(16_384, min(limits) - 4096),
+        "message.max.bytes": max(limits) + 4096,
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1_048_576,
+        "message.timeout.ms": 30_000,
+        "topic.metadata.propagation.max.ms": 5_000,
+        **config.producer_config,
+    }
+
+
+def _producer(config: WriterConfig) -> Producer:
+    """The worker's shared idempotent producer (at_least_once / at_most_once)."""
+    settings = _producer_settings(config)
+    key = (config.bootstrap, str(settings["batch.size"]), str(settings["message.max.bytes"]))
     producer = _PRODUCERS.get(key)
     if producer is None:
-        settings: dict[str, Any] = {
-            "bootstrap.servers": config.bootstrap,
-            "client.id": f"streamforge-{config.pipeline}-{socket.gethostname()}-{os.getpid()}",
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 5,
-            # Batches stay within the smallest topic limit; a single record may be as large as the largest.
-            "batch.size": max(16_384, min(limits) - 4096),
-            "message.max.bytes": max(limits) + 4096,
-            "queue.buffering.max.messages": 1_000_000,
-            "queue.buffering.max.kbytes": 1_048_576,
-            "message.timeout.ms": 30_000,
-            "topic.metadata.propagation.max.ms": 5_000,
-            **config.producer_config,
-        }
-        if transactional_id:
-            settings["transactional.id"] = transactional_id
-            settings["transaction.timeout.ms"] = 60_000
-        producer = Producer(settings)
-        if transactional_id:
-            producer.init_transactions(30)  # fences any zombie still holding this id
-        _PRODUCERS[key] = producer
+        producer = _PRODUCERS[key] = Producer(settings)
+    return producer
+
+
+def _transactional_producer(config: WriterConfig, transactional_id: str) -> Producer:
+    """A producer for exactly one task. Python workers are reused across tasks and partitions, so a cached
+    transactional producer would be fenced by the worker that last opened the same id; a fresh one fences
+    every earlier holder in ``init_transactions`` instead, which is the point of a stable transactional id."""
+    producer = Producer(
+        {**_producer_settings(config), "transactional.id": transactional_id, "transaction.timeout.ms": 60_000}
+    )
+    producer.init_transactions(30)
     return producer
 
 
@@ -311,12 +321,12 @@ class BatchWriter:
         return bool(committed) and committed[0].offset > self.min_offset
 
     def _open(self) -> None:
-        transactional_id = None
         if self.transactional:
             transactional_id = f"streamforge-{self.config.pipeline}-{self.topic}-{self.partition}"
-        self.producer = _producer(self.config, transactional_id)
-        if self.transactional:
+            self.producer = _transactional_producer(self.config, transactional_id)
             self.producer.begin_transaction()
+        else:
+            self.producer = _producer(self.config)
 
     def _write_rows(
         self, cols: dict[str, pa.Array], topics: list[str], partitions: list[int], offsets: list[int]

@@ -1,0 +1,434 @@
+"""The pipeline driver: one Spark Structured Streaming query for one pipeline revision.
+
+Run as ``python -m pipelines.spark.driver --spec-file spec.json --pipeline NAME --revision N ...`` (see
+``--help``). It imports nothing from Django: the control plane hands it the revision's spec as JSON, so it
+runs the same way under ``spark-submit`` on a cluster.
+
+Per micro-batch (``foreachBatch``): the batch's rows get their outcome for every destination from Spark
+built-in expressions (the DSL compiled by ``pipelines.dsl.spark``), then ``mapInArrow`` hands them to
+``pipelines.spark.writer`` which produces destination and DLQ records in the same pass and waits for every
+acknowledgement. Only then does ``foreachBatch`` return, and only then does Spark commit the batch to its
+checkpoint: at-least-once. Afterwards the driver commits the processed offsets to the pipeline's Kafka
+consumer group (so any lag tool sees them) and publishes a progress event to Redis.
+
+Exit codes (``pipelines.spark.contract``): 0 stopped on request, 1 crashed (restartable), 2 Config/DslParse,
+3 DeadLetterQueue. The last stderr line is ``STREAMFORGE_EXIT {json}`` with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import redis
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pipelines.dsl.spark import SourceColumns, compile_destination, parsed_value
+from pipelines.spark import contract as c
+from pipelines.spark.session import build_session
+from pipelines.spark.writer import SUMMARY_SCHEMA, DestinationInfo, WriterConfig, make_partition_writer
+from pipelines.spec import PipelineSpec, SpecError, parse_spec
+
+log = logging.getLogger("streamforge.driver")
+
+
+@dataclass(frozen=True)
+class DriverOptions:
+    """How to run: which pipeline/revision, where Kafka, Redis and the checkpoint are, which Spark master."""
+
+    pipeline: str
+    revision: int
+    run_id: str
+    bootstrap: str
+    redis_url: str
+    checkpoint_dir: str
+    master: str
+    jars: tuple[str, ...]
+    heartbeat_seconds: float = 5.0
+    stop_timeout_seconds: float = 60.0
+
+
+class ConfigError(Exception):
+    """The pipeline cannot run as configured (missing topic, bad spec): error type Config."""
+
+
+def topic_limits(admin: AdminClient, topics: list[str]) -> dict[str, int]:
+    """``max.message.bytes`` of each topic, in bytes. Raises ConfigError naming any topic that is missing."""
+    metadata = admin.list_topics(timeout=15)
+    missing = [t for t in topics if t not in metadata.topics]
+    if missing:
+        raise ConfigError(f"topic(s) missing on {len(metadata.brokers)} broker(s): {', '.join(missing)}")
+    futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics])
+    limits: dict[str, int] = {}
+    for resource, future in futures.items():
+        entries = future.result(timeout=15)
+        limits[resource.name] = int(entries["max.message.bytes"].value)
+    return limits
+
+
+def enrich(source: DataFrame, spec: PipelineSpec) -> DataFrame:
+    """The source rows plus, for each destination i, its compiled outcome columns o/v/k/h/t/e/m{i} and the
+    record-level ``deser_error`` (see ``pipelines.spark.writer.BatchWriter``). Pure Spark expressions.
+
+    Built in three projections so the plan stays linear in the size of the spec: (1) the value is parsed
+    once into ``__v`` and every DSL expression refers to that column instead of embedding the parse; (2) each
+    destination's results are computed once as one struct ``__d{i}``; (3) the struct's fields are split
+    into the writer's columns. Spark's CollapseProject rule does not merge a projection into the next when
+    that would copy a non-trivial expression into several places, so each stage is evaluated once per row.
+    """
+    cols = SourceColumns.kafka()
+    variant, deser_error = parsed_value(cols)
+    parsed = source.select("*", variant.alias("__v"), deser_error.alias("__de"))
+    now_ms = F.unix_millis(F.current_timestamp())
+    fields = ("outcome", "value", "key", "headers", "timestamp_ms", "error_type", "error_message")
+    structs: list[Column] = []
+    for i, dest in enumerate(spec.destinations):
+        compiled = compile_destination(
+            dest.compiled(),
+            error_handling=spec.error_handling,
+            source=cols,
+            value_variant=F.col("__v"),
+            deserialization_error=F.col("__de"),
+            now_ms=now_ms,
+        )
+        structs.append(F.struct(*(getattr(compiled, name).alias(name) for name in fields)).alias(f"__d{i}"))
+    staged = parsed.select("topic", "partition", "offset", "key", "value", "headers", "__de", *structs)
+    selected: list[Column] = [
+        F.col("topic"),
+        F.col("partition"),
+        F.col("offset"),
+        F.col("key"),
+        F.col("value"),
+        F.col("headers"),
+        F.col("__de").alias("deser_error"),
+    ]
+    letters = dict(zip(fields, ("o", "v", "k", "h", "t", "e", "m"), strict=True))
+    for i in range(len(spec.destinations)):
+        selected += [F.col(f"__d{i}.{name}").alias(f"{letters[name]}{i}") for name in fields]
+    return staged.select(*selected)
+
+
+class Driver:
+    """One running query plus its side channels (progress events, heartbeat, consumer-group commits)."""
+
+    def __init__(self, spec: PipelineSpec, options: DriverOptions) -> None:
+        self.spec = spec
+        self.options = options
+        self.redis = redis.Redis.from_url(options.redis_url, socket_timeout=5, socket_connect_timeout=5)
+        self.admin = AdminClient({"bootstrap.servers": options.bootstrap})
+        self.group = Consumer(
+            {
+                "bootstrap.servers": options.bootstrap,
+                "group.id": spec.source.consumer_group,
+                "enable.auto.commit": False,
+            }
+        )
+        self.stop_requested = threading.Event()
+        self.last_batch: dict[str, Any] = {}
+        self.started_ms = int(time.time() * 1000)
+        self.session: SparkSession | None = None
+        self.writer_config: WriterConfig | None = None
+
+    # -- side channels ------------------------------------------------------------------------------------
+
+    def _publish(self, event: dict[str, Any]) -> None:
+        try:
+            self.redis.xadd(
+                c.PROGRESS_STREAM,
+                {"event": json.dumps(event)},
+                maxlen=c.PROGRESS_STREAM_MAXLEN,
+                approximate=True,
+            )
+        except redis.RedisError as exc:
+            # Progress is for people; the data path never waits on it (the next batch reports cumulative offsets).
+            log.warning("could not publish progress: %s", exc)
+
+    def _heartbeat(self) -> None:
+        app_id = self.session.sparkContext.applicationId if self.session else ""
+        while not self.stop_requested.wait(self.options.heartbeat_seconds):
+            beat = {
+                "pipeline": self.options.pipeline,
+                "revision": self.options.revision,
+                "run_id": self.options.run_id,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "app_id": app_id,
+                "time_ms": int(time.time() * 1000),
+                "last_batch_id": self.last_batch.get("batch_id"),
+            }
+            try:
+                self.redis.set(c.heartbeat_key(self.options.pipeline), json.dumps(beat), ex=30)
+            except redis.RedisError as exc:
+                log.warning("could not write heartbeat: %s", exc)
+
+    def _latest_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        latest: dict[tuple[str, int], int] = {}
+        for topic, partition in partitions:
+            try:
+                _low, high = self.group.get_watermark_offsets(TopicPartition(topic, partition), timeout=5)
+                latest[(topic, partition)] = int(high)
+            except Exception as exc:
+                log.warning("watermark lookup failed for %s/%s: %s", topic, partition, exc)
+        return latest
+
+    # -- the batch ----------------------------------------------------------------------------------------
+
+    def process_batch(self, batch: DataFrame, batch_id: int) -> None:
+        """foreachBatch body: write everything, then (non-transactional modes) commit offsets to the
+        consumer group and publish progress. Raising here fails the batch: nothing is committed."""
+        started = time.monotonic()
+        assert self.writer_config is not None
+        config = replace(self.writer_config, batch_id=batch_id)
+        lost = 0
+        try:
+            summaries = batch.mapInArrow(make_partition_writer(config), SUMMARY_SCHEMA).collect()
+        except Exception as exc:
+            if self.spec.delivery.mode != "at_most_once" or c.halt_marker(c.DEAD_LETTER_QUEUE) in str(exc):
+                raise
+            # at_most_once: a failed batch is skipped, and the loss is counted and shown, never hidden.
+            lost = batch.count()
+            log.error(
+                "at_most_once: batch %s failed and was skipped, %s records lost: %s", batch_id, lost, exc
+            )
+            summaries = []
+        counts: Counter[str] = Counter()
+        ranges: dict[tuple[str, int], tuple[int, int]] = {}
+        consumed = skipped = 0
+        for row in summaries:
+            consumed += row.records
+            if row.skipped:
+                skipped += row.records
+            else:
+                counts.update(json.loads(row.counts))
+            key = (row.topic, row.partition)
+            low, high = ranges.get(key, (row.min_offset, row.max_offset))
+            ranges[key] = (min(low, row.min_offset), max(high, row.max_offset))
+        if self.spec.delivery.mode != "effectively_once" and ranges:
+            self._commit_group(ranges)
+        latest = self._latest_offsets(list(ranges))
+        event = self._progress_event(batch_id, started, consumed, skipped, lost, counts, ranges, latest)
+        self.last_batch = event
+        self._publish(event)
+
+    def _commit_group(self, ranges: dict[tuple[str, int], tuple[int, int]]) -> None:
+        offsets = [TopicPartition(t, p, high + 1) for (t, p), (_low, high) in ranges.items()]
+        try:
+            self.group.commit(offsets=offsets, asynchronous=False)
+        except Exception as exc:
+            log.warning("consumer-group commit failed: %s", exc)
+            self.last_batch["group_commit_failed"] = True
+
+    def _progress_event(
+        self,
+        batch_id: int,
+        started: float,
+        consumed: int,
+        skipped: int,
+        lost: int,
+        counts: Counter[str],
+        ranges: dict[tuple[str, int], tuple[int, int]],
+        latest: dict[tuple[str, int], int],
+    ) -> dict[str, Any]:
+        destinations = {
+            d.name: {
+                outcome: counts.get(f"dest:{d.name}:{outcome}", 0)
+                for outcome in ("produced", "filtered", "dead_lettered")
+            }
+            for d in self.spec.destinations
+        }
+        offsets: dict[str, dict[str, dict[str, int | None]]] = {}
+        for (topic, partition), (low, high) in sorted(ranges.items()):
+            offsets.setdefault(topic, {})[str(partition)] = {
+                "start": low,
+                "end": high + 1,
+                "latest": latest.get((topic, partition)),
+            }
+        return {
+            "type": "progress",
+            "pipeline": self.options.pipeline,
+            "revision": self.options.revision,
+            "run_id": self.options.run_id,
+            "batch_id": batch_id,
+            "time_ms": int(time.time() * 1000),
+            "duration_ms": round((time.monotonic() - started) * 1000, 1),
+            "mode": self.spec.delivery.mode,
+            "consumed": consumed,
+            "already_committed": skipped,
+            "lost": lost,
+            "destinations": destinations,
+            "dead_lettered": {k.split(":", 1)[1]: v for k, v in counts.items() if k.startswith("dlq_type:")},
+            "dlq_records": counts.get("dlq_records", 0),
+            "retries": counts.get("retries", 0),
+            "dlq_retries": counts.get("dlq_retries", 0),
+            "offsets": offsets,
+        }
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Start the query and block until it ends; returns the exit code."""
+        spec, options = self.spec, self.options
+        limits = topic_limits(self.admin, [*spec.source.topics, *spec.output_topics()])
+        self.writer_config = WriterConfig(
+            pipeline=options.pipeline,
+            revision=options.revision,
+            bootstrap=options.bootstrap,
+            mode=spec.delivery.mode,
+            consumer_group=spec.source.consumer_group,
+            destinations=tuple(
+                DestinationInfo(d.name, d.topic, d.filter, d.transform, limits[d.topic])
+                for d in spec.destinations
+            ),
+            dlq_topic=spec.dlq.topic,
+            dlq_max_message_bytes=limits[spec.dlq.topic],
+            include_original_headers=spec.dlq.include_original_headers,
+            include_stack_trace=spec.dlq.include_stack_trace,
+            max_dlq_retries=spec.dlq.max_dlq_retries,
+            retry=spec.retry,
+        )
+        self.session = build_session(
+            app_name=f"streamforge-{options.pipeline}-r{options.revision}",
+            master=options.master,
+            jars=options.jars,
+        )
+        strategy = spec.delivery.commit_strategy
+        reader = (
+            self.session.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", options.bootstrap)
+            .option("subscribe", ",".join(spec.source.topics))
+            .option("startingOffsets", spec.source.starting_offsets)
+            .option("includeHeaders", "true")
+            # Never skip records that disappeared (retention, topic recreated): stop and say so.
+            .option("failOnDataLoss", "true")
+            .option("maxOffsetsPerTrigger", str(strategy.max_records))
+            .option("fetchOffset.numRetries", "10")
+        )
+        if spec.delivery.mode == "effectively_once":
+            reader = reader.option("kafka.isolation.level", "read_committed")
+        writer = (
+            enrich(reader.load(), spec)
+            .writeStream.queryName(f"streamforge-{options.pipeline}")
+            .foreachBatch(self.process_batch)
+            .option("checkpointLocation", options.checkpoint_dir)
+        )
+        if strategy.kind == "time":
+            writer = writer.trigger(processingTime=f"{strategy.interval_ms} milliseconds")
+        query = writer.start()
+        threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
+        self._install_signal_handlers(query)
+        self._publish({"type": "started", "pipeline": options.pipeline, "run_id": options.run_id,
+                       "app_id": self.session.sparkContext.applicationId, "time_ms": int(time.time() * 1000)})  # fmt: skip
+        query.awaitTermination()
+        return c.EXIT_STOPPED
+
+    def _install_signal_handlers(self, query: Any) -> None:
+        def graceful(signum: int, _frame: object) -> None:
+            if self.stop_requested.is_set():
+                return
+            self.stop_requested.set()
+            threading.Thread(target=self._stop_gracefully, args=(query,), daemon=True).start()
+
+        signal.signal(signal.SIGTERM, graceful)
+        signal.signal(signal.SIGINT, graceful)
+
+    def _stop_gracefully(self, query: Any) -> None:
+        """Let the running micro-batch finish (within the timeout), then stop the query."""
+        deadline = time.monotonic() + self.options.stop_timeout_seconds
+        while time.monotonic() < deadline and query.status.get("isTriggerActive"):
+            time.sleep(0.2)
+        query.stop()
+
+
+def classify(exc: BaseException) -> tuple[int, str]:
+    """Map an exception that ended the query to (exit code, error type)."""
+    text = str(exc)
+    for error_type, code in ((c.DEAD_LETTER_QUEUE, c.EXIT_DLQ), (c.CONFIG, c.EXIT_CONFIG)):
+        if c.halt_marker(error_type) in text:
+            return code, error_type
+    if isinstance(exc, ConfigError | SpecError):
+        return c.EXIT_CONFIG, c.CONFIG
+    return c.EXIT_CRASHED, "Crash"
+
+
+def _report_exit(options: DriverOptions, code: int, error_type: str, message: str) -> None:
+    report = {
+        "exit_code": code,
+        "error_type": error_type,
+        "message": message[:4000],
+        "time_ms": int(time.time() * 1000),
+    }
+    # The supervisor reads this last line of the driver's log; it is the one place the reason always lands.
+    sys.stderr.write(c.EXIT_REASON_MARKER + json.dumps(report) + "\n")
+    sys.stderr.flush()
+    try:
+        client = redis.Redis.from_url(options.redis_url, socket_timeout=5)
+        client.set(c.exit_key(options.pipeline, options.run_id), json.dumps(report), ex=7 * 24 * 3600)
+        client.delete(c.heartbeat_key(options.pipeline))
+    except redis.RedisError:
+        pass
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc)
+    for marker in (c.halt_marker(c.DEAD_LETTER_QUEUE), c.halt_marker(c.CONFIG)):
+        if marker in text:
+            start = text.index(marker)
+            return text[start:].splitlines()[0]
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, run the pipeline, report how it ended. Returns the exit code."""
+    parser = argparse.ArgumentParser(prog="pipelines.spark.driver", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--spec-file", required=True, type=Path, help="the revision's spec as JSON")
+    parser.add_argument("--pipeline", required=True)
+    parser.add_argument("--revision", required=True, type=int)
+    parser.add_argument("--run-id", default=None, help="the control plane's run id (default: a new UUID)")
+    parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
+    parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    parser.add_argument("--checkpoint-dir", required=True)
+    parser.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[*]"))
+    parser.add_argument(
+        "--jars", default=os.environ.get("STREAMFORGE_SPARK_JARS", ""), help="comma-separated"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    options = DriverOptions(
+        pipeline=args.pipeline,
+        revision=args.revision,
+        run_id=args.run_id or str(uuid.uuid4()),
+        bootstrap=args.bootstrap,
+        redis_url=args.redis_url,
+        checkpoint_dir=args.checkpoint_dir,
+        master=args.master,
+        jars=tuple(j for j in args.jars.split(",") if j),
+    )
+    try:
+        spec = parse_spec(json.loads(args.spec_file.read_text()), pipeline_name=args.pipeline)
+        code = Driver(spec, options).run()
+    except Exception as exc:
+        code, error_type = classify(exc)
+        log.exception("pipeline %s ended: %s", options.pipeline, error_type)
+        _report_exit(options, code, error_type, _short(exc))
+        return code
+    _report_exit(options, code, "Stopped", "stopped on request")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""Running the real driver as a child process against the test broker and Redis, and reading what it wrote.
+
+Used by the end-to-end tests and by the throughput benchmark; nothing here is a stand-in: the driver is the
+same ``python -m pipelines.spark.driver`` the supervisor launches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from pipelines.spark import contract as c
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@dataclass
+class Record:
+    """One record as read back from Kafka."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    timestamp_ms: int
+
+    def header(self, name: str) -> str | None:
+        for key, value in self.headers:
+            if key == name:
+                return None if value is None else value.decode()
+        return None
+
+
+def produce(
+    bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None]], partitions: int = 1
+) -> list[tuple[int, int]]:
+    """Produce (key, value) pairs round-robin over ``partitions``; returns each record's (partition, offset)
+    in input order, after every acknowledgement."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "message.max.bytes": 10_000_000,
+        }
+    )
+    coordinates: list[tuple[int, int] | None] = []
+
+    def remember(index: int):
+        def report(err, msg) -> None:
+            assert err is None, err
+            coordinates[index] = (msg.partition(), msg.offset())
+
+        return report
+
+    for i, (key, value) in enumerate(records):
+        coordinates.append(None)
+        while True:
+            try:
+                producer.produce(
+                    topic, value=value, key=key, partition=i % partitions, on_delivery=remember(i)
+                )
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    assert all(c is not None for c in coordinates)
+    return [c for c in coordinates if c is not None]
+
+
+def _to_record(message: Any) -> Record:
+    return Record(
+        message.topic(),
+        message.partition(),
+        message.offset(),
+        message.key(),
+        message.value(),
+        list(message.headers() or []),
+        message.timestamp()[1],
+    )
+
+
+def consume_all(
+    bootstrap: str, topic: str, *, read_committed: bool = False, timeout: float = 30.0
+) -> list[Record]:
+    """Every record of ``topic`` from the beginning to the end offsets as of the call."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4()}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed" if read_committed else "read_uncommitted",
+            "fetch.message.max.bytes": 20_000_000,
+        }
+    )
+    metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+    ends: dict[int, int] = {}
+    assignment = []
+    for partition in metadata.partitions:
+        _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        ends[partition] = high
+        assignment.append(TopicPartition(topic, partition, 0))
+    consumer.assign(assignment)
+    records: list[Record] = []
+    done = {p for p, high in ends.items() if high == 0}
+    deadline = time.monotonic() + timeout
+    while len(done) < len(ends) and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is None:
+            # With read_committed, markers make the last offsets unreadable: position tells when we are past them.
+            for tp in consumer.position([TopicPartition(topic, p) for p in ends if p not in done]):
+                partition = int(tp.partition or 0)
+                if tp.offset >= ends[partition]:
+                    done.add(partition)
+            continue
+        assert message.error() is None, message.error()
+        record = _to_record(message)
+        records.append(record)
+        if record.offset >= ends[record.partition] - 1:
+            done.add(record.partition)
+    consumer.close()
+    return records
+
+
+@dataclass
+class DriverProcess:
+    """The driver as a child process in its own session (as the supervisor runs it)."""
+
+    spec: dict[str, Any]
+    pipeline: str
+    workdir: Path
+    bootstrap: str
+    redis_url: str
+    jars: list[str]
+    revision: int = 1
+    master: str = "local[2]"
+    run_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.workdir / "checkpoint"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"driver-{self.run_id}.log"
+
+    def start(self) -> DriverProcess:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        spec_file = self.workdir / "spec.json"
+        spec_file.write_text(json.dumps(self.spec))
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYSPARK_PYTHON": sys.executable}
+        self.process = subprocess.Popen(
+            [
+                sys.executable, "-m", "pipelines.spark.driver",
+                "--spec-file", str(spec_file), "--pipeline", self.pipeline, "--revision", str(self.revision),
+                "--run-id", self.run_id, "--bootstrap", self.bootstrap, "--redis-url", self.redis_url,
+                "--checkpoint-dir", str(self.checkpoint), "--master", self.master, "--jars", ",".join(self.jars),
+            ],
+            cwd=REPO, env=env, stdout=self.log_path.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        return self
+
+    def restart(self) -> DriverProcess:
+        """A new run (new run id) on the same checkpoint."""
+        self.run_id = str(uuid.uuid4())
+        self.process = None
+        return self.start()
+
+    def events(self) -> list[dict[str, Any]]:
+        """This run's progress events, oldest first."""
+        client = redis.Redis.from_url(self.redis_url)
+        events = []
+        for _id, fields in client.xrange(c.PROGRESS_STREAM):  # type: ignore[union-attr]  # sync client
+            event = json.loads(fields[b"event"])
+            if event.get("run_id") == self.run_id and event.get("type") == "progress":
+                events.append(event)
+        return events
+
+    def consumed(self) -> int:
+        return sum(e["consumed"] for e in self.events())
+
+    def wait_for(self, predicate: Any, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(
+                    f"driver exited with {self.process.returncode} while waiting for {what}:\n{self.log_tail()}"
+                )
+            time.sleep(0.5)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}:\n{self.log_tail()}")
+
+    def wait_consumed(self, count: int, timeout: float = 180) -> None:
+        self.wait_for(lambda: self.consumed() >= count, timeout, f"{count} records consumed")
+
+    def stop(self, timeout: float = 90) -> int:
+        """SIGTERM to the driver process only (graceful: the running batch finishes and the driver stops its
+        own JVM; signalling the whole group would kill the JVM under it), then wait for the exit code."""
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGTERM)
+        return self.wait(timeout)
+
+    def kill(self) -> None:
+        """kill -9 of the driver's whole process group (JVM and Python workers included)."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(30)
+
+    def wait(self, timeout: float = 180) -> int:
+        assert self.process is not None
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"driver did not exit within {timeout}s:\n{self.log_tail()}") from None
+
+    def exit_report(self) -> dict[str, Any]:
+        for line in reversed(self.log_path.read_text(errors="replace").splitlines()):
+            if line.startswith(c.EXIT_REASON_MARKER):
+                return dict(json.loads(line[len(c.EXIT_REASON_MARKER) :]))
+        raise AssertionError(f"no exit report in the driver log:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def ensure_stopped(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.kill()
