@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping, Sequence
 
 from pyspark.sql import SparkSession
@@ -33,6 +35,9 @@ def build_session(
     """
     if not any("spark-sql-kafka" in jar for jar in jars):
         raise ValueError("no spark-sql-kafka connector jar given (STREAMFORGE_SPARK_JARS / --jars)")
+    # Python workers must run this interpreter (it has pyarrow, confluent-kafka and our code), not whatever
+    # `python3` is first on PATH. On a cluster, set PYSPARK_PYTHON to the executors' environment instead.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name).master(master).config("spark.jars", ",".join(jars))
     for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)

@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from pipelines.spark import contract as c
@@ -144,6 +145,8 @@ def _producer_settings(config: WriterConfig) -> dict[str, Any]:
         "queue.buffering.max.kbytes": 1_048_576,
         "message.timeout.ms": 30_000,
         "topic.metadata.propagation.max.ms": 5_000,
+        # Successful deliveries need no Python callback: only failures are reported (they are rare).
+        "delivery.report.only.error": True,
         **config.producer_config,
     }
 
@@ -217,10 +220,9 @@ class BatchWriter:
         self.producer: Producer | None = None
         self.transactional = config.mode == "effectively_once"
         self.random = random.Random()  # noqa: S311 - backoff jitter, not cryptography
-        # The source record of each row, kept only as long as the partition is written (DLQ needs originals).
-        self._rows: list[
-            tuple[str, int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
-        ] = []
+        # The partition's Arrow batches, kept while it is written: a dead-lettered row needs its original key,
+        # value and headers, which are turned into Python objects only for those rows (row id = (batch, row)).
+        self._batches: list[pa.RecordBatch] = []
 
     # -- producing ------------------------------------------------------------------------------------------
 
@@ -259,9 +261,16 @@ class BatchWriter:
         attempts: int,
         trace: str = "",
     ) -> _Pending:
-        topic, partition, offset, key, value, original = self._rows[row]
+        batch = self._batches[row >> 32]
+        j = row & 0xFFFFFFFF
+        topic, partition, offset = (
+            batch.column(name)[j].as_py() for name in ("topic", "partition", "offset")
+        )
+        key, value = batch.column("key")[j].as_py(), batch.column("value")[j].as_py()
         config = self.config
-        headers: list[tuple[str, bytes | None]] = list(original) if config.include_original_headers else []
+        headers: list[tuple[str, bytes | None]] = []
+        if config.include_original_headers:
+            headers = [(h["key"], h["value"]) for h in batch.column("headers")[j].as_py() or []]
         dest = config.destinations[dest_index] if dest_index is not None else None
         headers += [
             (c.H_ERROR, message.encode()),
@@ -297,20 +306,18 @@ class BatchWriter:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            cols = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
-            topics = cols["topic"].to_pylist()
-            partitions = cols["partition"].to_pylist()
-            offsets = cols["offset"].to_pylist()
             if first:
                 first = False
-                self.topic, self.partition, self.min_offset = topics[0], partitions[0], offsets[0]
+                self.topic = batch.column("topic")[0].as_py()
+                self.partition = batch.column("partition")[0].as_py()
+                self.min_offset = batch.column("offset")[0].as_py()
                 if self.transactional and self._already_committed():
                     # This offset range was written and committed by an earlier attempt of the same batch.
                     self.records += batch.num_rows + sum(b.num_rows for b in batches)
                     yield self._summary(skipped=True)
                     return
                 self._open()
-            self._write_rows(cols, topics, partitions, offsets)
+            self._write_rows(batch)
         if first:
             return  # an empty partition: nothing to report
         self._finish()
@@ -328,68 +335,124 @@ class BatchWriter:
         else:
             self.producer = _producer(self.config)
 
-    def _write_rows(
-        self, cols: dict[str, pa.Array], topics: list[str], partitions: list[int], offsets: list[int]
-    ) -> None:
+    def _write_rows(self, batch: pa.RecordBatch) -> None:
+        """Produce one Arrow batch. Only rows that produce or dead-letter something reach Python objects;
+        filtered rows are counted with Arrow compute and never leave Arrow."""
         config = self.config
-        keys = cols["key"].to_pylist()
-        values = cols["value"].to_pylist()
-        headers = [[(h["key"], h["value"]) for h in hs] if hs else [] for hs in cols["headers"].to_pylist()]
-        deser = cols["deser_error"].to_pylist()
-        per_dest = [
-            (
-                cols[f"o{i}"].to_pylist(),
-                cols[f"v{i}"].to_pylist(),
-                cols[f"k{i}"].to_pylist(),
-                cols[f"h{i}"].to_pylist(),
-                cols[f"t{i}"].to_pylist(),
-                cols[f"e{i}"].to_pylist(),
-                cols[f"m{i}"].to_pylist(),
+        base = len(self._batches) << 32
+        self._batches.append(batch)
+        offsets = batch.column("offset")
+        self.records += batch.num_rows
+        self.max_offset = max(self.max_offset, offsets[batch.num_rows - 1].as_py())
+        topic, partition = self.topic, self.partition
+        deser = batch.column("deser_error")
+        bad_rows = (
+            pc.indices_nonzero(pc.is_valid(deser)).to_pylist() if deser.null_count < batch.num_rows else []
+        )
+        for j in bad_rows:  # counted per destination below, dead-lettered once for all of them here
+            message = deser[j].as_py()
+            self._dead_letter(
+                self._dlq_record(base | j, c.ALL_DESTINATIONS, None, c.MESSAGE_DESERIALIZATION, message, 1),
+                c.MESSAGE_DESERIALIZATION,
             )
-            for i in range(len(config.destinations))
-        ]
-        base = len(self._rows)
-        for j in range(len(offsets)):
-            self._rows.append((topics[j], partitions[j], offsets[j], keys[j], values[j], headers[j]))
-        self.records += len(offsets)
-        self.max_offset = max(self.max_offset, offsets[-1])
-        limits = [d.max_message_bytes for d in config.destinations]
-        for j in range(len(offsets)):
-            row = base + j
-            lineage = f"{topics[j]}/{partitions[j]}/{offsets[j]}".encode()
-            if deser[j] is not None:
-                for d in config.destinations:
-                    self.counts[f"dest:{d.name}:dead_lettered"] += 1
+        produce = self._produce_fast
+        for i, dest in enumerate(config.destinations):
+            outcome = batch.column(f"o{i}")
+            produced = pc.indices_nonzero(pc.equal(outcome, "produced"))
+            dead = pc.indices_nonzero(pc.equal(outcome, "dead_lettered")).to_pylist()
+            dead = [
+                j for j in dead if not deser[j].is_valid
+            ]  # already dead-lettered once for every destination
+            self.counts[f"dest:{dest.name}:produced"] += len(produced)
+            self.counts[f"dest:{dest.name}:dead_lettered"] += len(dead) + len(bad_rows)
+            self.counts[f"dest:{dest.name}:filtered"] += (
+                batch.num_rows - len(produced) - len(dead) - len(bad_rows)
+            )
+            for j in dead:
+                error_type = batch.column(f"e{i}")[j].as_py()
+                message = batch.column(f"m{i}")[j].as_py() or error_type
                 self._dead_letter(
-                    self._dlq_record(row, c.ALL_DESTINATIONS, None, c.MESSAGE_DESERIALIZATION, deser[j], 1),
-                    c.MESSAGE_DESERIALIZATION,
+                    self._dlq_record(base | j, dest.name, i, error_type, message, 1), error_type
                 )
+            if len(produced) == 0:
                 continue
-            for i, dest in enumerate(config.destinations):
-                outcome, value, key, out_headers, ts, etype, emsg = (col[j] for col in per_dest[i])
-                if outcome == "produced":
-                    hdrs = [(h["key"], h["value"]) for h in out_headers] if out_headers else []
-                    hdrs.append((c.H_LINEAGE, lineage))
-                    if _record_size(value, key, hdrs) > limits[i]:
-                        self.counts[f"dest:{dest.name}:dead_lettered"] += 1
-                        size = len(value or b"")
-                        self._dead_letter(
-                            self._dlq_record(
-                                row, dest.name, i, c.RECORD_TOO_LARGE,
-                                f"record of {size} bytes exceeds max.message.bytes={limits[i]} of topic {dest.topic}", 1,
-                            ),
-                            c.RECORD_TOO_LARGE,
-                        )  # fmt: skip
-                        continue
-                    self.counts[f"dest:{dest.name}:produced"] += 1
-                    self._produce(_Pending(row, i, dest.topic, value, key, hdrs, ts), dlq=False)
-                elif outcome == "filtered":
-                    self.counts[f"dest:{dest.name}:filtered"] += 1
-                else:
-                    self.counts[f"dest:{dest.name}:dead_lettered"] += 1
-                    self._dead_letter(self._dlq_record(row, dest.name, i, etype, emsg or etype, 1), etype)
-            if self.producer is not None:
-                self.producer.poll(0)
+            rows = produced.to_pylist()
+            values = batch.column(f"v{i}").take(produced).to_pylist()
+            keys = batch.column(f"k{i}").take(produced).to_pylist()
+            stamps = batch.column(f"t{i}").take(produced).to_pylist()
+            header_col = batch.column(f"h{i}").take(produced)
+            headers = (
+                header_col.to_pylist() if header_col.null_count < len(header_col) else [None] * len(rows)
+            )
+            source_offsets = offsets.take(produced).to_pylist()
+            limit = dest.max_message_bytes
+            prefix = f"{topic}/{partition}/"
+            for n, j in enumerate(rows):
+                value, key = values[n], keys[n]
+                hdrs = [(h["key"], h["value"]) for h in headers[n]] if headers[n] else []
+                hdrs.append((c.H_LINEAGE, (prefix + str(source_offsets[n])).encode()))
+                if _record_size(value, key, hdrs) > limit:
+                    self._too_large(base | j, i, len(value or b""))
+                    continue
+                produce(dest.topic, value, key, hdrs, stamps[n], base | j, i)
+                if n % 1000 == 999:
+                    self.producer.poll(0)  # type: ignore[union-attr]
+        if self.producer is not None:
+            self.producer.poll(0)
+
+    def _too_large(self, row: int, dest_index: int, size: int) -> None:
+        dest = self.config.destinations[dest_index]
+        self.counts[f"dest:{dest.name}:produced"] -= 1
+        self.counts[f"dest:{dest.name}:dead_lettered"] += 1
+        self._dead_letter(
+            self._dlq_record(
+                row,
+                dest.name,
+                dest_index,
+                c.RECORD_TOO_LARGE,
+                f"record of {size} bytes exceeds max.message.bytes={dest.max_message_bytes} of topic {dest.topic}",
+                1,
+            ),
+            c.RECORD_TOO_LARGE,
+        )
+
+    def _produce_fast(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+        timestamp: int | None,
+        row: int,
+        dest: int,
+    ) -> None:
+        """The hot path: no per-record Python callback. The producer reports only failed deliveries
+        (``delivery.report.only.error``) to ``_on_error``, which rebuilds the pending record from the
+        message itself; ``row``/``dest`` travel in the callback's closure only for those failures."""
+        assert self.producer is not None
+        while True:
+            try:
+                self.producer.produce(topic, value=value, key=key, headers=headers, timestamp=timestamp or 0,  # type: ignore[arg-type]
+                                      on_delivery=self._failure_reporter(row, dest, topic, timestamp))  # fmt: skip
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+            except KafkaException as exc:
+                pending = _Pending(row, dest, topic, value, key, headers, timestamp)
+                self.failed.append((pending, exc.args[0]))
+                return
+
+    def _failure_reporter(
+        self, row: int, dest: int, topic: str, timestamp: int | None
+    ) -> Callable[[Any, Any], None]:
+        def report(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                pending = _Pending(
+                    row, dest, topic, msg.value(), msg.key(), list(msg.headers() or []), timestamp
+                )
+                self.failed.append((pending, err))
+
+        return report
 
     def _flush(self) -> None:
         assert self.producer is not None
