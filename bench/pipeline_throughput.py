@@ -19,6 +19,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -64,7 +65,7 @@ def one_kb_records(count: int, size: int = 1024) -> list[tuple[bytes | None, byt
     return out
 
 
-def spec_for(source: str, suffix: str, destinations: int, mode: str, batch: int) -> dict:
+def spec_for(source: str, suffix: str, destinations: int, mode: str, batch: int) -> dict[str, Any]:
     dests = [
         {"name": "pushes", "topic": f"bench-pushes-{suffix}", "filter": "/type,==,PushEvent",
          "transform": "EXTRACT:/actor/login,login"},
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         events = driver.events()
     first_start_ms = events[0]["time_ms"] - events[0]["duration_ms"]
     last_end_ms = events[-1]["time_ms"]
-    steady = [e for e in events[1:]] or events
+    steady = events[1:] or events
     steady_records = sum(e["consumed"] for e in steady)
     steady_ms = sum(e["duration_ms"] for e in steady)
     wall_rate = len(records) / ((last_end_ms - first_start_ms) / 1000)

@@ -94,7 +94,9 @@ def _fates(bootstrap: str, spec: dict, *, read_committed: bool = False):
     for dest in spec["destinations"]:
         for record in consume_all(bootstrap, dest["topic"], read_committed=read_committed):
             _topic, part_text, offset_text = str(record.header(c.H_LINEAGE)).rsplit("/", 2)
-            fates.setdefault((dest["name"], int(part_text), int(offset_text)), []).append(("produced", record))
+            fates.setdefault((dest["name"], int(part_text), int(offset_text)), []).append(
+                ("produced", record)
+            )
     for record in consume_all(bootstrap, spec["dlq"]["topic"], read_committed=read_committed):
         partition, offset = (
             int(str(record.header(c.H_SOURCE_PARTITION))),
