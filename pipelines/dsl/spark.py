@@ -145,6 +145,10 @@ def _count(text: Column, char: str) -> Column:
     return F.length(text) - F.length(F.replace(text, F.lit(char), F.lit("")))
 
 
+#: Closes the array a value is parsed inside (see ``parsed_value``); chosen to be absent from real data.
+_SENTINEL = "__streamforge:end-of-value:5c1e0d__"
+
+
 def parsed_value(source: SourceColumns) -> tuple[Column, Column]:
     """``(value VARIANT or null, deserialization error message or null)`` for each record.
 
@@ -158,6 +162,27 @@ def parsed_value(source: SourceColumns) -> tuple[Column, Column]:
     """
     raw = source.value
     text = raw.cast("string")
+    # Fast path (every record without a \\u escape). Spark's parser stops after the first JSON value and
+    # ignores what follows, so the text is parsed inside a two-element array ending in a sentinel string:
+    # ``[<text>,"<sentinel>"]``. The record is one valid JSON value exactly when element 1 of the result is
+    # the sentinel and the text itself does not contain it: trailing content either breaks the array or
+    # becomes another element. Only a \\u-escaped copy of the sentinel could fake it, and texts with \\u
+    # escapes take the exact path below (it also catches lone surrogates, which only escapes can express).
+    wrapped = F.try_parse_json(F.concat(F.lit("["), text, F.lit(f',"{_SENTINEL}"]')))
+    # (coalesce: a failed parse gives null, and a null condition would count as "not an error")
+    fast_ok = F.coalesce(
+        (F.try_variant_get(wrapped, "$[1]", "string") == F.lit(_SENTINEL))
+        & ~F.contains(text, F.lit(_SENTINEL)),
+        F.lit(False),
+    )
+    fast_value = F.try_variant_get(wrapped, "$[0]", "variant")
+    # 1e400 parses to an infinite double in Spark; Python refuses it. Only a 3+ digit exponent can overflow.
+    big_exponent = text.rlike(r"[0-9][eE][+]?[0-9]{3}")
+    fast_infinite = F.coalesce(
+        big_exponent & F.contains(F.to_json(fast_value), F.lit("Infinity")), F.lit(False)
+    )
+    has_escape = F.contains(text, F.lit("\\u"))
+
     parsed = F.try_parse_json(text)
     trimmed = F.trim(text, F.lit(_JSON_WHITESPACE))
     first = F.substring(trimmed, 1, 1)
@@ -179,7 +204,7 @@ def parsed_value(source: SourceColumns) -> tuple[Column, Column]:
         same_brackets(trimmed, canonical) | same_brackets(strip_strings(trimmed), strip_strings(canonical))
     )
     single_value = F.when(first.isin("{", "["), container_ok).otherwise(trimmed.rlike(_JSON_SCALAR))
-    lone_surrogate = F.contains(text, F.lit("\\u")) & text.rlike(_LONE_SURROGATE)
+    lone_surrogate = text.rlike(_LONE_SURROGATE)
     infinite = F.contains(canonical, F.lit("Infinity")) & F.contains(
         F.regexp_replace(canonical, F.lit(_JSON_STRING), F.lit('""')), F.lit("Infinity")
     )
@@ -187,11 +212,15 @@ def parsed_value(source: SourceColumns) -> tuple[Column, Column]:
         F.when(raw.isNull(), F.lit("record has no value (tombstone)"))
         .when(F.length(raw) == 0, F.lit("record value is empty"))
         .when(~F.is_valid_utf8(text), F.lit("invalid UTF-8"))
-        .when(parsed.isNull() | ~single_value, F.lit("invalid JSON"))
-        .when(lone_surrogate, F.lit("invalid JSON: lone UTF-16 surrogate in a string"))
-        .when(infinite, F.lit("invalid JSON: number out of range"))
+        .when(~has_escape & ~fast_ok, F.lit("invalid JSON"))
+        .when(~has_escape & fast_infinite, F.lit("invalid JSON: number out of range"))
+        .when(has_escape & (parsed.isNull() | ~single_value), F.lit("invalid JSON"))
+        .when(has_escape & lone_surrogate, F.lit("invalid JSON: lone UTF-16 surrogate in a string"))
+        .when(has_escape & infinite, F.lit("invalid JSON: number out of range"))
     )
-    value = F.when(error.isNull(), parsed).otherwise(_variant_null_sql())
+    value = F.when(error.isNull(), F.when(has_escape, parsed).otherwise(fast_value)).otherwise(
+        _variant_null_sql()
+    )
     return value, error
 
 
