@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 DEPS_STAMP := $(VENV)/.deps-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
 
-.PHONY: help venv system up down status demo test lint types check-deploy clean
+.PHONY: help venv system up down status demo test lint types check-deploy clean bench-pipeline
 
 help:
 	@echo "make demo   - start the whole stack (Kafka, Redis, web, worker, beat) and say what runs where"
@@ -57,6 +57,11 @@ test: venv system lint types check-deploy
 	@eval "$$($(PY) -m devstack --profile test env)"; \
 	  $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	  $(PY) -m devstack --profile test down kafka redis; exit $$rc
+
+# End-to-end throughput of one pipeline (1 KB records, real Kafka and Spark) on the test ports.
+bench-pipeline: venv system
+	$(PY) -m devstack --profile test up kafka redis
+	@eval "$$($(PY) -m devstack --profile test env)"; $(PY) -m bench.pipeline_throughput $(BENCH_ARGS)
 
 clean: down
 	rm -rf .stack
