@@ -1441,6 +1441,140 @@ class CompiledDestination:
     error_message: Column
 
 
+def _after_filter(
+    dest: DestinationSpec,
+    *,
+    error_handling: ErrorHandling,
+    source: SourceColumns,
+    value_variant: Column,
+    now_ms: Column,
+    passed: Column,
+    transformed: Column | None,
+) -> Column:
+    """Everything after the filter as one struct: passed, body (JSON text), key, headers, ts, t, m."""
+    new_value = transformed["v"] if transformed is not None else value_variant
+    body_text = F.to_json(new_value)
+    types: list[Column] = []
+    messages: list[Column] = []
+    if transformed is not None:
+        body_text = F.coalesce(transformed["j"], body_text)
+        types.append(transformed["t"])
+        messages.append(transformed["m"])
+    key = source.key.cast("binary")
+    if dest.key_transform is not None:
+        key_result = compile_key(dest.key_transform, value_variant=new_value, error_handling=error_handling)
+        key = key_result["v"]
+        types.append(key_result["t"])
+        messages.append(key_result["m"])
+    headers, header_errors = _headers(dest, source, new_value)
+    for condition, failure in header_errors:
+        types.append(F.when(condition, failure["t"]))
+        messages.append(F.when(condition, failure["m"]))
+    timestamp = _timestamp_ms(source)
+    if dest.timestamp is not None:
+        ts_result = compile_timestamp(dest.timestamp, source=source, value_variant=new_value, now_ms=now_ms)
+        timestamp = ts_result["v"]
+        types.append(ts_result["t"])
+        messages.append(ts_result["m"])
+    error_type = F.coalesce(*types, _str_null())
+    error_message = _cases([(t.isNotNull(), m) for t, m in zip(types, messages, strict=True)], _str_null())
+    return F.struct(
+        passed.alias("passed"),
+        body_text.alias("body"),
+        key.alias("key"),
+        headers.alias("headers"),
+        timestamp.cast("long").alias("ts"),
+        error_type.alias("t"),
+        error_message.alias("m"),
+    )
+
+
+def _finish(r: Column, passed: Column, deserialization_error: Column) -> CompiledDestination:
+    """The writer's columns from the ``_after_filter`` struct ``r`` (which may be null when not passed)."""
+    deser_failed = deserialization_error.isNotNull()
+    outcome = (
+        F.when(deser_failed, F.lit("dead_lettered"))
+        .when(~F.coalesce(passed, F.lit(False)), F.lit("filtered"))
+        .when(r["t"].isNotNull(), F.lit("dead_lettered"))
+        .otherwise(F.lit("produced"))
+    )
+    produced = outcome == "produced"
+    failed = F.coalesce(passed, F.lit(False)) & r["t"].isNotNull()
+    return CompiledDestination(
+        outcome=outcome,
+        value=F.when(produced, F.encode(r["body"], "UTF-8")),
+        key=F.when(produced, r["key"]),
+        headers=F.when(produced, r["headers"]),
+        timestamp_ms=F.when(produced, r["ts"]),
+        error_type=F.when(deser_failed, F.lit("MessageDeserialization")).when(failed, r["t"]),
+        error_message=F.when(deser_failed, deserialization_error).when(failed, r["m"]),
+    )
+
+
+@dataclass(frozen=True)
+class DestinationStages:
+    """A destination compiled as three projections, for plans that must stay small and code-generated.
+
+    ``first`` (add to the row): ``<name>_p`` the filter result and ``<name>_x`` the transform result, the
+    transform evaluated only where the filter passed. ``second``: ``<name>_r``, key/headers/timestamp of the
+    transformed value, again only where the filter passed. ``final`` reads those columns by name. Binding
+    intermediate results as columns instead of lambda variables keeps Spark's whole-stage code generation
+    (higher-order functions are interpreted), and each stage is computed once per row because Spark does
+    not collapse a projection whose non-trivial columns the next one uses several times.
+    """
+
+    first: list[Column]
+    second: list[Column]
+    final: CompiledDestination
+
+
+def destination_stages(
+    dest: DestinationSpec,
+    *,
+    name: str,
+    error_handling: ErrorHandling,
+    source: SourceColumns,
+    value_variant: Column,
+    deserialization_error: Column,
+    now_ms: Column,
+    store_factory: Callable[[], KeyValueStore] | None = None,
+) -> DestinationStages:
+    """The same destination as :func:`compile_destination` (same outcomes, bytes and errors), staged.
+
+    ``name`` prefixes the intermediate columns (unique per destination, e.g. ``__d0``). The driver selects
+    ``first``, then ``second``, then the ``final`` columns, keeping the source columns in between.
+    """
+    passed = (
+        compile_filter(dest.filter, source=source, value_variant=value_variant, now_ms=now_ms)
+        if dest.filter is not None
+        else F.lit(True)
+    )
+    first = [passed.alias(f"{name}_p")]
+    passed_col = F.col(f"{name}_p")
+    transformed_col: Column | None = None
+    if dest.transform is not None:
+        transformed = compile_transform(
+            dest.transform,
+            value_variant=value_variant,
+            error_handling=error_handling,
+            store_factory=store_factory,
+        )
+        first.append(F.when(passed, transformed).alias(f"{name}_x"))
+        transformed_col = F.col(f"{name}_x")
+    record = _after_filter(
+        dest,
+        error_handling=error_handling,
+        source=source,
+        value_variant=value_variant,
+        now_ms=now_ms,
+        passed=passed_col,
+        transformed=transformed_col,
+    )
+    second = [F.when(passed_col, record).alias(f"{name}_r")]
+    final = _finish(F.col(f"{name}_r"), passed_col, deserialization_error)
+    return DestinationStages(first=first, second=second, final=final)
+
+
 def compile_destination(
     dest: DestinationSpec,
     *,

@@ -38,7 +38,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.dsl.spark import SourceColumns, compile_destination, parsed_value
+from pipelines.dsl.spark import SourceColumns, destination_stages, parsed_value
 from pipelines.spark import contract as c
 from pipelines.spark.session import build_session
 from pipelines.spark.writer import SUMMARY_SCHEMA, DestinationInfo, WriterConfig, make_partition_writer
@@ -85,29 +85,31 @@ def enrich(source: DataFrame, spec: PipelineSpec) -> DataFrame:
     """The source rows plus, for each destination i, its compiled outcome columns o/v/k/h/t/e/m{i} and the
     record-level ``deser_error`` (see ``pipelines.spark.writer.BatchWriter``). Pure Spark expressions.
 
-    Built in three projections so the plan stays linear in the size of the spec: (1) the value is parsed
-    once into ``__v`` and every DSL expression refers to that column instead of embedding the parse; (2) each
-    destination's results are computed once as one struct ``__d{i}``; (3) the struct's fields are split
-    into the writer's columns. Spark's CollapseProject rule does not merge a projection into the next when
-    that would copy a non-trivial expression into several places, so each stage is evaluated once per row.
+    Built in projections so the plan stays linear in the size of the spec and fully code-generated: the value
+    is parsed once into ``__v`` (every DSL expression refers to that column instead of embedding the parse),
+    then each destination's filter and transform, then what follows the transform (see
+    ``pipelines.dsl.spark.destination_stages``), then the writer's columns. Spark's CollapseProject rule
+    does not merge a projection into the next when that would copy a non-trivial expression into several
+    places, so each stage is evaluated once per row.
     """
     cols = SourceColumns.kafka()
     variant, deser_error = parsed_value(cols)
-    parsed = source.select("*", variant.alias("__v"), deser_error.alias("__de"))
     now_ms = F.unix_millis(F.current_timestamp())
-    fields = ("outcome", "value", "key", "headers", "timestamp_ms", "error_type", "error_message")
-    structs: list[Column] = []
-    for i, dest in enumerate(spec.destinations):
-        compiled = compile_destination(
+    staged = [
+        destination_stages(
             dest.compiled(),
+            name=f"__d{i}",
             error_handling=spec.error_handling,
             source=cols,
             value_variant=F.col("__v"),
             deserialization_error=F.col("__de"),
             now_ms=now_ms,
         )
-        structs.append(F.struct(*(getattr(compiled, name).alias(name) for name in fields)).alias(f"__d{i}"))
-    staged = parsed.select("topic", "partition", "offset", "key", "value", "headers", "__de", *structs)
+        for i, dest in enumerate(spec.destinations)
+    ]
+    frame = source.select("*", variant.alias("__v"), deser_error.alias("__de"))
+    frame = frame.select("*", *(c for stage in staged for c in stage.first))
+    frame = frame.select("*", *(c for stage in staged for c in stage.second))
     selected: list[Column] = [
         F.col("topic"),
         F.col("partition"),
@@ -117,10 +119,18 @@ def enrich(source: DataFrame, spec: PipelineSpec) -> DataFrame:
         F.col("headers"),
         F.col("__de").alias("deser_error"),
     ]
-    letters = dict(zip(fields, ("o", "v", "k", "h", "t", "e", "m"), strict=True))
-    for i in range(len(spec.destinations)):
-        selected += [F.col(f"__d{i}.{name}").alias(f"{letters[name]}{i}") for name in fields]
-    return staged.select(*selected)
+    for i, stage in enumerate(staged):
+        final = stage.final
+        selected += [
+            final.outcome.alias(f"o{i}"),
+            final.value.alias(f"v{i}"),
+            final.key.alias(f"k{i}"),
+            final.headers.alias(f"h{i}"),
+            final.timestamp_ms.alias(f"t{i}"),
+            final.error_type.alias(f"e{i}"),
+            final.error_message.alias(f"m{i}"),
+        ]
+    return frame.select(*selected)
 
 
 class Driver:
