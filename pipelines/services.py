@@ -1,4 +1,4 @@
-"""Pipeline operations: create a pipeline, revise its spec, dry-run a spec against sample messages.
+"""Pipeline operations: create a pipeline, revise its spec, delete it, dry-run a spec against sample messages.
 
 Each mutation is one function, one transaction and one audit event; callers (API views, forms, commands)
 validate input shape and call these.
@@ -97,6 +97,43 @@ def revise_pipeline(
     )
     pipeline.refresh_from_db()
     return revision
+
+
+class PipelineBusy(Exception):
+    """The pipeline has a driver (or wants one): stop it before deleting."""
+
+
+@transaction.atomic
+def delete_pipeline(*, actor: User, pipeline: Pipeline, reason: str = "") -> None:
+    """Delete a stopped pipeline with its revisions, runs and metrics. Needs the admin role.
+
+    Raises PipelineBusy unless it is meant to be stopped and no driver is starting, running or stopping.
+    """
+    from pipelines.models import ACTIVE_STATES, DesiredState, PipelineRun
+
+    require_role(actor, pipeline.team, Role.ADMIN)
+    locked = Pipeline.objects.select_for_update().get(pk=pipeline.pk)
+    if (
+        locked.desired_state != DesiredState.STOPPED
+        or locked.state in ACTIVE_STATES
+        or PipelineRun.objects.filter(pipeline=locked, state__in=ACTIVE_STATES).exists()
+    ):
+        raise PipelineBusy(f"pipeline {locked.name} is {locked.state}; stop it first")
+    current = locked.current_revision
+    audit.record(
+        actor=actor,
+        action="pipeline.delete",
+        target_type="pipeline",
+        target_id=locked.name,
+        reason=reason,
+        before=current.spec if current else None,
+        details={"revision": current.number if current else None},
+    )
+    # Runs point at revisions (PROTECT) and the pipeline at its current one: remove those links first.
+    PipelineRun.objects.filter(pipeline=locked).delete()
+    Pipeline.objects.filter(pk=locked.pk).update(current_revision=None)
+    locked.refresh_from_db()
+    locked.delete()
 
 
 def _add_revision(*, pipeline: Pipeline, actor: User, spec: PipelineSpec, comment: str) -> PipelineRevision:

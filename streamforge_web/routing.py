@@ -1,5 +1,10 @@
 """Websocket URL patterns, collected from the apps that publish live updates."""
 
-from django.urls import URLPattern
+from django.urls import URLPattern, path
 
-websocket_urlpatterns: list[URLPattern] = []
+from pipelines.consumers import PipelineUpdatesConsumer
+
+websocket_urlpatterns: list[URLPattern] = [
+    path("ws/pipelines/", PipelineUpdatesConsumer.as_asgi()),
+    path("ws/pipelines/<slug:name>/", PipelineUpdatesConsumer.as_asgi()),
+]

@@ -16,6 +16,16 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | STREAMFORGE_SPARK_JARS | (none) | comma-separated connector jars or folders of jars (devstack fills it in) |
 | STREAMFORGE_STATE_DIR | <repo>/.stack/dev | checkpoints, driver logs, the debug secret key |
 | STREAMFORGE_HTTPS | not debug | secure cookies, HSTS and the HTTPS redirect |
+| STREAMFORGE_RECONCILE_SECONDS | 5 | how often the beat compares desired and actual pipeline state |
+| STREAMFORGE_START_TIMEOUT | 300 | seconds a new driver may take to send its first heartbeat |
+| STREAMFORGE_HEARTBEAT_STALE | 45 | seconds without a heartbeat after which a running driver is restarted |
+| STREAMFORGE_STOP_TIMEOUT | 90 | seconds a stopping driver may take before its process group is killed |
+| STREAMFORGE_RESTART_BACKOFF | 2 | first restart delay in seconds; doubles per consecutive failure |
+| STREAMFORGE_RESTART_BACKOFF_MAX | 300 | the longest restart delay in seconds |
+| STREAMFORGE_CRASH_LOOP_FAILURES | 5 | this many failures ... |
+| STREAMFORGE_CRASH_LOOP_MINUTES | 10 | ... within this many minutes make a pipeline FAILED |
+| STREAMFORGE_METRICS_RETENTION_DAYS | 14 | metric samples older than this are deleted |
+| STREAMFORGE_PROGRESS_GROUP | streamforge-web | Redis consumer group reading the drivers' progress stream |
 """
 
 from __future__ import annotations
@@ -174,6 +184,24 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = TIME_ZONE
+
+# Supervision of pipeline drivers (pipelines.supervision) and the beat's schedule.
+RECONCILE_SECONDS = env_int("STREAMFORGE_RECONCILE_SECONDS", 5, minimum=1)
+DRIVER_START_TIMEOUT_SECONDS = env_int("STREAMFORGE_START_TIMEOUT", 300, minimum=10)
+DRIVER_HEARTBEAT_STALE_SECONDS = env_int("STREAMFORGE_HEARTBEAT_STALE", 45, minimum=10)
+DRIVER_STOP_TIMEOUT_SECONDS = env_int("STREAMFORGE_STOP_TIMEOUT", 90, minimum=1)
+RESTART_BACKOFF_SECONDS = env_int("STREAMFORGE_RESTART_BACKOFF", 2, minimum=0)
+RESTART_BACKOFF_MAX_SECONDS = env_int("STREAMFORGE_RESTART_BACKOFF_MAX", 300, minimum=1)
+CRASH_LOOP_FAILURES = env_int("STREAMFORGE_CRASH_LOOP_FAILURES", 5, minimum=1)
+CRASH_LOOP_MINUTES = env_int("STREAMFORGE_CRASH_LOOP_MINUTES", 10, minimum=1)
+METRICS_RETENTION_DAYS = env_int("STREAMFORGE_METRICS_RETENTION_DAYS", 14, minimum=1)
+PROGRESS_CONSUMER_GROUP = env_str("STREAMFORGE_PROGRESS_GROUP", "streamforge-web")
+
+CELERY_BEAT_SCHEDULE = {
+    "reconcile-pipelines": {"task": "pipelines.reconcile", "schedule": float(RECONCILE_SECONDS)},
+    "ingest-progress": {"task": "pipelines.ingest_progress", "schedule": 2.0},
+    "evaluate-alerts": {"task": "pipelines.evaluate_alerts", "schedule": 30.0},
+}
 
 CHANNEL_LAYERS = {
     "default": {

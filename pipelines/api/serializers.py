@@ -1,12 +1,15 @@
-"""Request and response shapes of the pipeline and DSL endpoints."""
+"""Request and response shapes of the pipeline, run, metrics and DSL endpoints."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from pipelines.dsl import ErrorHandling
+from pipelines.models import Pipeline, PipelineRun
+from streamforge_web.models import Team
 
 
 class ErrorHandlingSerializer(serializers.Serializer[ErrorHandling]):
@@ -68,3 +71,103 @@ class DryRunRequestSerializer(serializers.Serializer[dict[str, Any]]):
     messages = serializers.ListField(child=SampleMessageSerializer(), allow_empty=False, max_length=1000)
     spec = serializers.JSONField(required=False)
     now = serializers.IntegerField(required=False, min_value=0)
+
+
+# --------------------------------------------------------------------------------------------- pipelines
+
+
+class RunSerializer(serializers.ModelSerializer[PipelineRun]):
+    """One driver attempt (``runs/`` and a pipeline's ``current_run``)."""
+
+    revision = serializers.IntegerField(source="revision.number", read_only=True)
+
+    class Meta:
+        model = PipelineRun
+        fields = [
+            "run_id", "attempt", "state", "revision", "host", "pid", "spark_app_id", "started_at", "ended_at",
+            "stop_requested_at", "exit_code", "error_type", "error_message", "last_heartbeat_at",
+            "last_progress_at", "last_batch_id", "log_tail",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class PipelineSerializer(serializers.ModelSerializer[Pipeline]):
+    """A pipeline as read: desired and actual state, the current revision's number and spec, and the run
+    that is active (or the last one)."""
+
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    revision = serializers.IntegerField(source="current_revision.number", read_only=True, allow_null=True)
+    spec = serializers.JSONField(source="current_revision.spec", read_only=True, allow_null=True)
+    current_run = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Pipeline
+        fields = [
+            "name", "description", "team", "desired_state", "state", "state_reason", "consecutive_failures",
+            "next_restart_at", "revision", "spec", "current_run", "created_at", "updated_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+    @extend_schema_field(RunSerializer(allow_null=True))
+    def get_current_run(self, pipeline: Pipeline) -> dict[str, Any] | None:
+        run = pipeline.runs.select_related("revision").order_by("-started_at", "-id").first()
+        return dict(RunSerializer(run).data) if run is not None else None
+
+
+class PipelineCreateSerializer(serializers.Serializer[dict[str, Any]]):
+    """``POST /api/pipelines/``: a new pipeline (revision 1) in a team where the caller is admin."""
+
+    name = serializers.SlugField(max_length=63)
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(
+        slug_field="name", queryset=Team.objects.all()
+    )
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    spec = serializers.JSONField()
+
+    def validate_name(self, value: str) -> str:
+        if Pipeline.objects.filter(name=value).exists():
+            raise serializers.ValidationError("a pipeline with this name exists")
+        return value
+
+
+class PipelineUpdateSerializer(serializers.Serializer[dict[str, Any]]):
+    """``PUT/PATCH /api/pipelines/{name}/``: a new spec makes a new revision (what the next start runs);
+    ``comment`` says why; ``description`` changes in place."""
+
+    spec = serializers.JSONField(required=False)
+    comment = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+    description = serializers.CharField(required=False, allow_blank=True)
+
+
+class ActionSerializer(serializers.Serializer[dict[str, Any]]):
+    """``start/``, ``stop/``, ``restart/``: an optional reason, kept in the audit log."""
+
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=1000, default="")
+
+
+class PartitionLagSerializer(serializers.Serializer[dict[str, Any]]):
+    """One source partition: processed end offset, latest offset and their difference."""
+
+    topic = serializers.CharField()
+    partition = serializers.IntegerField()
+    end_offset = serializers.IntegerField(allow_null=True)
+    latest_offset = serializers.IntegerField()
+    lag = serializers.IntegerField()
+
+
+class MetricsSerializer(serializers.Serializer[dict[str, Any]]):
+    """``GET /api/pipelines/{name}/metrics/``: lag per partition (from the last batches and from the Kafka
+    consumer group), rates over the last ``rate_window_seconds``, totals, the last batch, firing alerts and,
+    with ``?range=<seconds>``, a downsampled series."""
+
+    pipeline = serializers.CharField()
+    state = serializers.CharField()
+    lag = serializers.IntegerField(allow_null=True)
+    partitions = PartitionLagSerializer(many=True)
+    consumer_group = serializers.DictField()
+    rate_window_seconds = serializers.IntegerField()
+    rates = serializers.DictField(child=serializers.FloatField())
+    totals = serializers.DictField(child=serializers.IntegerField())
+    last_batch = serializers.DictField(allow_null=True)
+    alerts = serializers.ListField(child=serializers.DictField())
+    series = serializers.ListField(child=serializers.DictField(), required=False)

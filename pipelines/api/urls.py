@@ -1,10 +1,16 @@
 """URLs of the pipelines API (mounted under /api/)."""
 
-from django.urls import path
+from django.urls import URLPattern, URLResolver, path
+from rest_framework.routers import DefaultRouter
 
-from pipelines.api.views import DryRunView, EvaluateView
+from pipelines.api.views import DryRunView, EvaluateView, PipelineViewSet
 
-urlpatterns = [
+router = DefaultRouter(trailing_slash=True)
+router.include_root_view = False
+router.register("pipelines", PipelineViewSet, basename="pipeline")
+
+urlpatterns: list[URLPattern | URLResolver] = [
     path("dsl/evaluate/", EvaluateView.as_view(), name="dsl-evaluate"),
     path("pipelines/<slug:name>/dry-run/", DryRunView.as_view(), name="pipeline-dry-run"),
+    *router.urls,
 ]

@@ -1,4 +1,5 @@
-"""REST endpoints of the pipelines app: the DSL playground and dry runs.
+"""REST endpoints of the pipelines app: pipelines (CRUD, start/stop/restart, runs, metrics), the DSL
+playground and dry runs.
 
 Views validate the request shape with a serializer and call ``pipelines.services`` or the DSL; no domain
 logic lives here.
@@ -11,25 +12,42 @@ from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
+from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
-from rest_framework import status
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from pipelines import dsl
+from pipelines import dsl, supervision
 from pipelines.api.serializers import (
+    ActionSerializer,
     DryRunRequestSerializer,
     ErrorHandlingSerializer,
     EvaluateRequestSerializer,
     EvaluateResponseSerializer,
+    MetricsSerializer,
+    PipelineCreateSerializer,
+    PipelineSerializer,
+    PipelineUpdateSerializer,
+    RunSerializer,
 )
 from pipelines.models import Pipeline
-from pipelines.services import SampleError, dry_run, sample_message
+from pipelines.progress import pipeline_metrics
+from pipelines.services import (
+    PipelineBusy,
+    SampleError,
+    create_pipeline,
+    delete_pipeline,
+    dry_run,
+    revise_pipeline,
+    sample_message,
+)
 from pipelines.spec import PipelineSpec, SpecError, parse_spec
 from streamforge_web.models import Role
-from streamforge_web.permissions import has_role
+from streamforge_web.permissions import has_role, visible_teams
 
 _PARSERS = {
     "filter": dsl.parse_filter,
@@ -141,3 +159,161 @@ class DryRunView(APIView):
                 "summary": {k: summary.get(k, 0) for k in ("produced", "filtered", "dead_lettered")},
             }
         )
+
+
+def _spec_errors(exc: SpecError) -> Response:
+    return Response(
+        {f"spec.{path}": messages for path, messages in exc.errors.items()},
+        status=status.HTTP_400_BAD_REQUEST,
+    )
+
+
+class PipelineViewSet(viewsets.GenericViewSet[Pipeline]):
+    """``/api/pipelines/``: pipelines of the caller's teams, by name (another team's pipeline is a 404).
+
+    Read: viewer. ``start/``, ``stop/``, ``restart/``: operator (202: a worker carries it out).
+    Create, update (a new revision, run by the next start) and delete (only when stopped): admin.
+    """
+
+    lookup_field = "name"
+    lookup_value_regex = r"[a-z0-9][a-z0-9_-]{0,62}"
+    serializer_class = PipelineSerializer
+
+    def get_queryset(self) -> QuerySet[Pipeline]:
+        return (
+            Pipeline.objects.filter(team__in=visible_teams(self.request.user))
+            .select_related("team", "current_revision")
+            .order_by("name")
+        )
+
+    def list(self, request: Request) -> Response:
+        """Every visible pipeline with its state (paginated)."""
+        page = self.paginate_queryset(self.get_queryset())
+        data = PipelineSerializer(page, many=True).data
+        return self.get_paginated_response(data)
+
+    def retrieve(self, request: Request, name: str) -> Response:
+        """One pipeline: states, current revision and spec, the latest run."""
+        return Response(PipelineSerializer(self.get_object()).data)
+
+    @extend_schema(request=PipelineCreateSerializer, responses={201: PipelineSerializer})
+    def create(self, request: Request) -> Response:
+        """Create a pipeline with revision 1 (admin of the team). 400 with field errors for a bad spec."""
+        serializer = PipelineCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        try:
+            pipeline = create_pipeline(
+                actor=request.user,  # type: ignore[arg-type]  # IsAuthenticated: a User
+                name=data["name"],
+                team=data["team"],
+                spec=data["spec"],
+                description=data["description"],
+            )
+        except SpecError as exc:
+            return _spec_errors(exc)
+        return Response(PipelineSerializer(pipeline).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=PipelineUpdateSerializer, responses={200: PipelineSerializer})
+    def update(self, request: Request, name: str) -> Response:
+        """Store a new spec as the next revision (admin); the running driver keeps its revision until a
+        restart. An unchanged spec makes no revision."""
+        pipeline = self.get_object()
+        serializer = PipelineUpdateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        current = pipeline.current_revision
+        spec = data.get("spec", current.spec if current is not None else None)
+        try:
+            revise_pipeline(
+                actor=request.user,  # type: ignore[arg-type]
+                pipeline=pipeline,
+                spec=spec,
+                comment=data["comment"],
+                description=data.get("description"),
+            )
+        except SpecError as exc:
+            return _spec_errors(exc)
+        return Response(PipelineSerializer(self.get_object()).data)
+
+    @extend_schema(request=PipelineUpdateSerializer, responses={200: PipelineSerializer})
+    def partial_update(self, request: Request, name: str) -> Response:
+        """As ``update``; every field is optional."""
+        return self.update(request, name)
+
+    @extend_schema(responses={204: None, 409: dict})
+    def destroy(self, request: Request, name: str) -> Response:
+        """Delete a stopped pipeline with its history (admin); 409 while it runs or is meant to."""
+        try:
+            delete_pipeline(actor=request.user, pipeline=self.get_object())  # type: ignore[arg-type]
+        except PipelineBusy as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    def _act(self, request: Request, name: str, action: str) -> Response:
+        serializer = ActionSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        pipeline = self.get_object()
+        request_action = {
+            "start": supervision.request_start,
+            "stop": supervision.request_stop,
+            "restart": supervision.request_restart,
+        }[action]
+        try:
+            updated = request_action(
+                actor=request.user,  # type: ignore[arg-type]
+                pipeline=pipeline,
+                reason=serializer.validated_data["reason"],
+            )
+        except supervision.NotStartable as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        updated.refresh_from_db()
+        return Response(PipelineSerializer(updated).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=ActionSerializer, responses={202: PipelineSerializer})
+    @action(detail=True, methods=["post"])
+    def start(self, request: Request, name: str) -> Response:
+        """Run the current revision (operator). A FAILED or HALTED pipeline starts a fresh series."""
+        return self._act(request, name, "start")
+
+    @extend_schema(request=ActionSerializer, responses={202: PipelineSerializer})
+    @action(detail=True, methods=["post"])
+    def stop(self, request: Request, name: str) -> Response:
+        """Stop after the running micro-batch (operator); forced after the stop timeout."""
+        return self._act(request, name, "stop")
+
+    @extend_schema(request=ActionSerializer, responses={202: PipelineSerializer})
+    @action(detail=True, methods=["post"])
+    def restart(self, request: Request, name: str) -> Response:
+        """Stop gracefully and start the current revision again (operator)."""
+        return self._act(request, name, "restart")
+
+    @extend_schema(responses={200: RunSerializer(many=True)})
+    @action(detail=True, methods=["get"])
+    def runs(self, request: Request, name: str) -> Response:
+        """The pipeline's driver attempts, newest first (paginated)."""
+        pipeline = self.get_object()
+        runs = pipeline.runs.select_related("revision").order_by("-started_at", "-id")
+        assert self.paginator is not None  # DEFAULT_PAGINATION_CLASS is set
+        page = self.paginator.paginate_queryset(runs, request, view=self)
+        return self.paginator.get_paginated_response(RunSerializer(page, many=True).data)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("range", int, description="seconds of history to return as a downsampled series")
+        ],
+        responses={200: MetricsSerializer},
+    )
+    @action(detail=True, methods=["get"])
+    def metrics(self, request: Request, name: str) -> Response:
+        """Current lag per partition (from the last batches, and as the Kafka consumer group stands), rates,
+        totals, the last batch and firing alerts."""
+        pipeline = self.get_object()
+        range_text = request.query_params.get("range")
+        range_seconds: int | None = None
+        if range_text:
+            try:
+                range_seconds = max(1, min(int(range_text), 90 * 24 * 3600))
+            except ValueError:
+                return Response({"range": ["an integer number of seconds"]}, status=400)
+        return Response(pipeline_metrics(pipeline=pipeline, range_seconds=range_seconds))

@@ -37,7 +37,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pipelines.dsl import ast
@@ -1573,6 +1573,41 @@ def destination_stages(
     second = [F.when(passed_col, record).alias(f"{name}_r")]
     final = _finish(F.col(f"{name}_r"), passed_col, deserialization_error)
     return DestinationStages(first=first, second=second, final=final)
+
+
+def stage_destinations(
+    frame: DataFrame,
+    destinations: Sequence[tuple[DestinationSpec, ErrorHandling]],
+    *,
+    source: SourceColumns,
+    now_ms: Column,
+    store_factory: Callable[[], KeyValueStore] | None = None,
+) -> tuple[DataFrame, list[CompiledDestination]]:
+    """Add to ``frame`` (Kafka source schema) the parsed value (``__v``, ``__de``) and every destination's
+    intermediate stages; return the frame and, per destination, the final columns to select from it.
+
+    This is the plan the driver runs (see :class:`DestinationStages`); tests use it too, so what is
+    property-tested against the evaluator is what runs in pipelines.
+    """
+    variant, error = parsed_value(source)
+    value_col, error_col = F.col("__v"), F.col("__de")
+    staged = [
+        destination_stages(
+            dest,
+            name=f"__d{i}",
+            error_handling=handling,
+            source=source,
+            value_variant=value_col,
+            deserialization_error=error_col,
+            now_ms=now_ms,
+            store_factory=store_factory,
+        )
+        for i, (dest, handling) in enumerate(destinations)
+    ]
+    frame = frame.select("*", variant.alias("__v"), error.alias("__de"))
+    frame = frame.select("*", *(c for stage in staged for c in stage.first))
+    frame = frame.select("*", *(c for stage in staged for c in stage.second))
+    return frame, [stage.final for stage in staged]
 
 
 def compile_destination(

@@ -38,7 +38,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.dsl.spark import SourceColumns, destination_stages, parsed_value
+from pipelines.dsl.spark import SourceColumns, stage_destinations
 from pipelines.spark import contract as c
 from pipelines.spark.session import build_session
 from pipelines.spark.writer import SUMMARY_SCHEMA, DestinationInfo, WriterConfig, make_partition_writer
@@ -92,24 +92,12 @@ def enrich(source: DataFrame, spec: PipelineSpec) -> DataFrame:
     does not merge a projection into the next when that would copy a non-trivial expression into several
     places, so each stage is evaluated once per row.
     """
-    cols = SourceColumns.kafka()
-    variant, deser_error = parsed_value(cols)
-    now_ms = F.unix_millis(F.current_timestamp())
-    staged = [
-        destination_stages(
-            dest.compiled(),
-            name=f"__d{i}",
-            error_handling=spec.error_handling,
-            source=cols,
-            value_variant=F.col("__v"),
-            deserialization_error=F.col("__de"),
-            now_ms=now_ms,
-        )
-        for i, dest in enumerate(spec.destinations)
-    ]
-    frame = source.select("*", variant.alias("__v"), deser_error.alias("__de"))
-    frame = frame.select("*", *(c for stage in staged for c in stage.first))
-    frame = frame.select("*", *(c for stage in staged for c in stage.second))
+    frame, finals = stage_destinations(
+        source,
+        [(dest.compiled(), spec.error_handling) for dest in spec.destinations],
+        source=SourceColumns.kafka(),
+        now_ms=F.unix_millis(F.current_timestamp()),
+    )
     selected: list[Column] = [
         F.col("topic"),
         F.col("partition"),
@@ -119,8 +107,7 @@ def enrich(source: DataFrame, spec: PipelineSpec) -> DataFrame:
         F.col("headers"),
         F.col("__de").alias("deser_error"),
     ]
-    for i, stage in enumerate(staged):
-        final = stage.final
+    for i, final in enumerate(finals):
         selected += [
             final.outcome.alias(f"o{i}"),
             final.value.alias(f"v{i}"),
@@ -169,8 +156,9 @@ class Driver:
             log.warning("could not publish progress: %s", exc)
 
     def _heartbeat(self) -> None:
-        app_id = self.session.sparkContext.applicationId if self.session else ""
-        while not self.stop_requested.wait(self.options.heartbeat_seconds):
+        """Beat at once, then every ``heartbeat_seconds``: a driver still starting Spark is alive too."""
+        while True:
+            app_id = self.session.sparkContext.applicationId if self.session else ""
             beat = {
                 "pipeline": self.options.pipeline,
                 "revision": self.options.revision,
@@ -180,11 +168,16 @@ class Driver:
                 "app_id": app_id,
                 "time_ms": int(time.time() * 1000),
                 "last_batch_id": self.last_batch.get("batch_id"),
+                "phase": "running"
+                if self.last_batch
+                else ("starting" if not app_id else "waiting-for-first-batch"),
             }
             try:
                 self.redis.set(c.heartbeat_key(self.options.pipeline), json.dumps(beat), ex=30)
             except redis.RedisError as exc:
                 log.warning("could not write heartbeat: %s", exc)
+            if self.stop_requested.wait(self.options.heartbeat_seconds):
+                return
 
     def _latest_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         latest: dict[tuple[str, int], int] = {}
@@ -228,20 +221,25 @@ class Driver:
             key = (row.topic, row.partition)
             low, high = ranges.get(key, (row.min_offset, row.max_offset))
             ranges[key] = (min(low, row.min_offset), max(high, row.max_offset))
+        commit_failed = False
         if self.spec.delivery.mode != "effectively_once" and ranges:
-            self._commit_group(ranges)
+            commit_failed = not self._commit_group(ranges)
         latest = self._latest_offsets(list(ranges))
         event = self._progress_event(batch_id, started, consumed, skipped, lost, counts, ranges, latest)
+        event["group_commit_failed"] = commit_failed
         self.last_batch = event
         self._publish(event)
 
-    def _commit_group(self, ranges: dict[tuple[str, int], tuple[int, int]]) -> None:
+    def _commit_group(self, ranges: dict[tuple[str, int], tuple[int, int]]) -> bool:
+        """Commit each range's end to the consumer group; False when the commit failed (reported, not fatal:
+        the checkpoint is the source of truth, the group only feeds lag tools)."""
         offsets = [TopicPartition(t, p, high + 1) for (t, p), (_low, high) in ranges.items()]
         try:
             self.group.commit(offsets=offsets, asynchronous=False)
         except Exception as exc:
             log.warning("consumer-group commit failed: %s", exc)
-            self.last_batch["group_commit_failed"] = True
+            return False
+        return True
 
     def _progress_event(
         self,
@@ -293,6 +291,7 @@ class Driver:
     def run(self) -> int:
         """Start the query and block until it ends; returns the exit code."""
         spec, options = self.spec, self.options
+        threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
         limits = topic_limits(self.admin, [*spec.source.topics, *spec.output_topics()])
         self.writer_config = WriterConfig(
             pipeline=options.pipeline,
@@ -339,7 +338,6 @@ class Driver:
         if strategy.kind == "time":
             writer = writer.trigger(processingTime=f"{strategy.interval_ms} milliseconds")
         query = writer.start()
-        threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
         self._install_signal_handlers(query)
         self._publish({"type": "started", "pipeline": options.pipeline, "run_id": options.run_id,
                        "app_id": self.session.sparkContext.applicationId, "time_ms": int(time.time() * 1000)})  # fmt: skip

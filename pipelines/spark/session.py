@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
+from pipelines.dsl.spark import REQUIRED_SPARK_CONF
+
 # Settings that suit a streaming job reading Kafka on a small machine; a spec or caller may override any.
 DEFAULT_CONF: Mapping[str, str] = {
     # Few shuffle partitions: the job does not shuffle on its hot path, and 200 tiny tasks cost seconds.
@@ -17,6 +19,8 @@ DEFAULT_CONF: Mapping[str, str] = {
     "spark.sql.streaming.kafka.useDeprecatedOffsetFetching": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.extraJavaOptions": "-Dlog4j2.level=WARN",
+    # What the DSL compilation relies on (duplicate JSON keys: the last wins, as in the Python evaluator).
+    **REQUIRED_SPARK_CONF,
 }
 
 

@@ -1,0 +1,104 @@
+"""Live updates for the browser: small typed helpers over the Channels layer.
+
+Code that wants to notify the UI calls these (after its transaction commits), never the channel layer
+directly. Every update goes to the ``pipelines`` group (the list page) and to ``pipeline.<name>`` (one
+pipeline's page). A broadcast is best effort: an unreachable layer is logged, never raised, because the
+database is the record and the page reloads it on reconnect.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal, TypedDict
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+log = logging.getLogger(__name__)
+
+ALL_PIPELINES_GROUP = "pipelines"
+
+
+def pipeline_group(name: str) -> str:
+    """The Channels group of one pipeline's page (pipeline names are slugs, valid in group names)."""
+    return f"pipeline.{name}"
+
+
+class PartitionLagUpdate(TypedDict):
+    """Lag of one source partition right after a batch: ``latest - end`` offsets."""
+
+    topic: str
+    partition: int
+    end: int
+    latest: int
+    lag: int
+
+
+class ProgressUpdate(TypedDict):
+    """One micro-batch, compact: record counts of the batch, its duration (ms), the pipeline's total lag
+    and the per-partition lag it reported. ``time_ms`` is epoch milliseconds."""
+
+    type: Literal["pipeline.progress"]
+    pipeline: str
+    run_id: str
+    batch_id: int
+    time_ms: int
+    duration_ms: float
+    consumed: int
+    produced: int
+    filtered: int
+    dead_lettered: int
+    retries: int
+    lag: int | None
+    partitions: list[PartitionLagUpdate]
+
+
+class StatusUpdate(TypedDict):
+    """The pipeline's actual and desired state changed (a run started, ended, was restarted...)."""
+
+    type: Literal["pipeline.status"]
+    pipeline: str
+    state: str
+    desired_state: str
+    reason: str
+    run_id: str | None
+    attempt: int | None
+
+
+class AlertUpdate(TypedDict):
+    """An alert rule started or stopped firing for a pipeline."""
+
+    type: Literal["pipeline.alert"]
+    pipeline: str
+    rule: str
+    severity: str
+    summary: str
+    firing: bool
+
+
+def _send(pipeline: str, message: ProgressUpdate | StatusUpdate | AlertUpdate) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    payload: dict[str, Any] = dict(message)
+    try:
+        send = async_to_sync(layer.group_send)
+        send(ALL_PIPELINES_GROUP, payload)
+        send(pipeline_group(pipeline), payload)
+    except Exception as exc:  # the UI catches up on reconnect; the caller's work must not fail for it
+        log.warning("could not broadcast %s for %s: %s", message["type"], pipeline, exc)
+
+
+def progress(update: ProgressUpdate) -> None:
+    """Push one batch's progress to the pipeline list and the pipeline's page."""
+    _send(update["pipeline"], update)
+
+
+def status(update: StatusUpdate) -> None:
+    """Push a state change to the pipeline list and the pipeline's page."""
+    _send(update["pipeline"], update)
+
+
+def alert(update: AlertUpdate) -> None:
+    """Push an alert that started or stopped firing."""
+    _send(update["pipeline"], update)

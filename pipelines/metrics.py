@@ -1,0 +1,77 @@
+"""``/metrics``: the spec's Prometheus metrics, read from the database at scrape time.
+
+A custom collector, not in-process counters: any web process answers with the same numbers, and they
+survive restarts. Counters come from ``PipelineTotals`` (never decreasing, unlike samples under retention);
+``streamforge_consumer_lag`` from ``PartitionProgress`` (each partition's lag after the last batch that read
+it). Every metric is labelled by ``pipeline``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from django.http import HttpRequest, HttpResponse
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+from pipelines.models import PartitionProgress, Pipeline, PipelineTotals
+
+
+class PipelineCollector(Collector):
+    """Yields the StreamForge metric families for every pipeline, from the database."""
+
+    def collect(self) -> Iterator[Metric]:
+        """One scrape: a handful of queries, independent of the number of samples stored."""
+        consumed = CounterMetricFamily(
+            "streamforge_messages_consumed", "Records read from the source topics", labels=["pipeline"]
+        )
+        produced = CounterMetricFamily(
+            "streamforge_messages_produced",
+            "Records written to destination topics (summed over destinations)",
+            labels=["pipeline"],
+        )
+        commits = CounterMetricFamily(
+            "streamforge_commits", "Batch offset commits by result", labels=["pipeline", "result"]
+        )
+        retries = CounterMetricFamily(
+            "streamforge_retries", "Write retries (destination and DLQ)", labels=["pipeline"]
+        )
+        dlq = CounterMetricFamily(
+            "streamforge_dlq_messages", "Records written to the DLQ topic", labels=["pipeline"]
+        )
+        lag = GaugeMetricFamily(
+            "streamforge_consumer_lag",
+            "Records in a source partition not yet processed (latest - processed offset)",
+            labels=["pipeline", "topic", "partition"],
+        )
+        names = dict(Pipeline.objects.values_list("pk", "name"))
+        for totals in PipelineTotals.objects.all():
+            name = names.get(totals.pipeline_id)
+            if name is None:
+                continue
+            consumed.add_metric([name], totals.consumed)
+            produced.add_metric([name], totals.produced)
+            commits.add_metric([name, "success"], totals.commits_succeeded)
+            commits.add_metric([name, "failure"], totals.commits_failed)
+            retries.add_metric([name], totals.retries)
+            dlq.add_metric([name], totals.dlq_records)
+        for row in PartitionProgress.objects.all():
+            name = names.get(row.pipeline_id)
+            if name is not None:
+                lag.add_metric([name, row.topic, str(row.partition)], row.lag)
+        yield from (consumed, produced, commits, retries, dlq, lag)
+
+
+def render() -> bytes:
+    """The Prometheus text exposition of the pipeline metrics."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PipelineCollector())
+    return generate_latest(registry)
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """``GET /metrics``: Prometheus text format (unauthenticated, like the probes: scrapers speak plain
+    HTTP; the numbers carry no message content)."""
+    return HttpResponse(render(), content_type=CONTENT_TYPE_LATEST)

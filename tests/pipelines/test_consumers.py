@@ -1,0 +1,63 @@
+"""Live pipeline updates over websockets, through the real Redis channel layer."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+
+from pipelines import broadcast
+from pipelines.services import create_pipeline
+from streamforge_web.models import Role
+from streamforge_web.routing import websocket_urlpatterns
+from tests.factories import TeamFactory, member
+from tests.pipelines.conftest import github_spec
+
+pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
+
+
+def _status(name: str) -> broadcast.StatusUpdate:
+    return {
+        "type": "pipeline.status",
+        "pipeline": name,
+        "state": "running",
+        "desired_state": "running",
+        "reason": "",
+        "run_id": None,
+        "attempt": 1,
+    }
+
+
+async def _connect(user, path):
+    communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), path)
+    communicator.scope["user"] = user
+    connected, code = await communicator.connect()
+    return communicator, connected, code
+
+
+def test_a_pipelines_page_receives_the_status_of_its_pipeline(admin_user, viewer, team):
+    create_pipeline(actor=admin_user, name="live", team=team, spec=github_spec())
+
+    async def scenario():
+        communicator, connected, _ = await _connect(viewer, "/ws/pipelines/live/")
+        assert connected
+        await communicator.receive_nothing(0.2)
+        await sync_to_async(broadcast.status)(_status("live"))
+        message = await communicator.receive_json_from(timeout=5)
+        await communicator.disconnect()
+        return message
+
+    message = async_to_sync(scenario)()
+    assert (message["type"], message["pipeline"], message["state"]) == ("pipeline.status", "live", "running")
+
+
+def test_another_teams_user_cannot_follow_a_pipeline(admin_user, team):
+    create_pipeline(actor=admin_user, name="live", team=team, spec=github_spec())
+    stranger = member(TeamFactory(name="other-team"), Role.OPERATOR, username="eve")
+
+    async def scenario():
+        _communicator, connected, code = await _connect(stranger, "/ws/pipelines/live/")
+        return connected, code
+
+    assert async_to_sync(scenario)() == (False, 4404)

@@ -1,0 +1,170 @@
+"""Scale-out: the same pipeline on a Spark standalone cluster (a master and one worker started from the
+installed pyspark's own classes), chosen only by ``SPARK_MASTER=spark://...``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pyspark
+import pytest
+import redis
+from django.conf import settings as django_settings
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from pipelines import progress, supervision
+from pipelines.models import PipelineRun
+from pipelines.spark import contract as c
+from streamforge_web.celery import app as celery_app
+from streamforge_web.models import Role
+from tests.factories import TeamFactory, member
+from tests.pipelines.spark.harness import consume_all, produce
+
+pytestmark = [
+    pytest.mark.kafka,
+    pytest.mark.redis,
+    pytest.mark.spark,
+    pytest.mark.django_db(transaction=True),
+]
+
+MASTER_PORT, MASTER_UI, WORKER_UI = 17077, 18080, 18081
+
+
+def _wait_port(port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"nothing listens on {port} after {timeout}s")
+
+
+@pytest.fixture
+def spark_cluster(tmp_path):
+    """A standalone master and a 1-core, 1 GB worker, each in its own process group, killed afterwards."""
+    installed = Path(pyspark.__file__).parent
+    jars = installed / "jars"
+    # The worker builds each executor's command line from SPARK_HOME: a pip-installed pyspark lacks the
+    # RELEASE marker of a distribution, so give it a home that has one, with the installed jars and scripts.
+    home = tmp_path / "spark-home"
+    home.mkdir()
+    (home / "RELEASE").write_text(f"Spark {pyspark.__version__} (pip-installed pyspark)\n")
+    for part in ("jars", "bin", "python", "conf"):
+        if (installed / part).exists():
+            (home / part).symlink_to(installed / part)
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "SPARK_SCALA_VERSION": "2.13",
+        "SPARK_WORKER_DIR": str(tmp_path / "work"),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    classpath = f"{jars}/*"
+    common = ["java", "-Xmx512m", "-cp", classpath]
+    processes = []
+    with (tmp_path / "master.log").open("ab") as log:
+        processes.append(
+            subprocess.Popen(
+                [*common, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                 "--port", str(MASTER_PORT), "--webui-port", str(MASTER_UI)],
+                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        )  # fmt: skip
+    try:
+        _wait_port(MASTER_PORT, 60)
+        with (tmp_path / "worker.log").open("ab") as log:
+            processes.append(
+                subprocess.Popen(
+                    [*common, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{MASTER_PORT}",
+                     "--cores", "1", "--memory", "1g", "--webui-port", str(WORKER_UI),
+                     "--work-dir", str(tmp_path / "work")],
+                    env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                )
+            )  # fmt: skip
+        _wait_port(WORKER_UI, 60)
+        yield f"spark://127.0.0.1:{MASTER_PORT}"
+    finally:
+        for process in reversed(processes):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
+
+
+def test_a_pipeline_runs_on_a_standalone_cluster_by_setting_spark_master(
+    spark_cluster, settings, tmp_path, make_topic, kafka_admin, kafka_bootstrap
+):
+    settings.STATE_DIR = tmp_path
+    settings.SPARK_MASTER = spark_cluster
+    settings.PROGRESS_CONSUMER_GROUP = f"test-{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(django_settings.REDIS_URL)
+    progress.ensure_group(client, settings.PROGRESS_CONSUMER_GROUP)
+    celery_app.conf.task_always_eager = True
+    team = TeamFactory(name="data-platform")
+    admin, operator = member(team, Role.ADMIN, username="ada"), member(team, Role.OPERATOR, username="oti")
+    source = make_topic("cluster-src", partitions=2)
+    out = f"cluster-out-{uuid.uuid4().hex[:8]}"
+    spec = {
+        "source": {"topics": [source]},
+        "destinations": [{"name": "all", "topic": out, "transform": "EXTRACT:/id,id"}],
+        "dlq": {"topic": f"{out}.dlq"},
+    }
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=admin)[0].key}")
+    ops = APIClient()
+    ops.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=operator)[0].key}")
+    try:
+        assert (
+            api.post(
+                "/api/pipelines/", {"name": "clustered", "team": "data-platform", "spec": spec}, format="json"
+            ).status_code
+            == 201
+        )
+        produce(
+            kafka_bootstrap,
+            source,
+            [(None, json.dumps({"id": i}).encode()) for i in range(2000)],
+            partitions=2,
+        )
+        assert ops.post("/api/pipelines/clustered/start/").status_code == 202
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            supervision.reconcile()
+            progress.ingest()
+            body = ops.get("/api/pipelines/clustered/metrics/").json()
+            if body["totals"]["consumed"] >= 2000 and body["lag"] == 0:
+                break
+            time.sleep(1)
+        else:
+            run = PipelineRun.objects.get(pipeline__name="clustered")
+            raise AssertionError(f"not caught up: {body}\n{Path(run.log_path).read_text()[-3000:]}")
+        run = PipelineRun.objects.get(pipeline__name="clustered")
+        assert run.spark_app_id.startswith("app-"), "a standalone application id, not local-..."
+        arrived = {json.loads(r.value)["id"] for r in consume_all(kafka_bootstrap, out)}
+        assert arrived == set(range(2000))
+        ops.post("/api/pipelines/clustered/stop/")
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and PipelineRun.objects.get(pk=run.pk).state != "stopped":
+            supervision.reconcile()
+            time.sleep(1)
+        assert PipelineRun.objects.get(pk=run.pk).exit_code == 0
+    finally:
+        celery_app.conf.task_always_eager = False
+        for pid in PipelineRun.objects.exclude(pid=None).values_list("pid", flat=True):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        supervision._children.clear()
+        client.xgroup_destroy(c.PROGRESS_STREAM, settings.PROGRESS_CONSUMER_GROUP)
+        existing = set(kafka_admin.list_topics(timeout=10).topics)
+        doomed = [t for t in (out, f"{out}.dlq") if t in existing]
+        if doomed:
+            for future in kafka_admin.delete_topics(doomed).values():
+                future.result(timeout=30)
