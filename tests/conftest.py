@@ -123,7 +123,7 @@ def spark_session():
         app_name="streamforge-tests",
         master="local[2]",
         jars=settings.SPARK_JARS,
-        conf={"spark.ui.enabled": "false"},
+        conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
     )
     yield session
     session.stop()

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from pipelines.dsl import evaluate as ev
 from pipelines.dsl import parser
-from pipelines.dsl.spark import REQUIRED_SPARK_CONF, SourceColumns, compile_destination, parsed_value
+from pipelines.dsl.spark import REQUIRED_SPARK_CONF, SourceColumns, stage_destinations
 
 _FORMS = [
     ("built-in HASH:SHA256", "HASH:SHA256,/user/email,h", "error"),
@@ -54,20 +54,17 @@ def main(rows: int) -> None:
     )
     frame.count()
     source = SourceColumns.kafka()
-    value, error = parsed_value(source)
-    parsed = frame.withColumn("_v", value).withColumn("_e", error).cache()
-    parsed.count()
+    frame = frame.cache()
     for label, expression, mode in _FORMS:
         dest = ev.DestinationSpec(name="b", topic="b", transform=parser.parse_transform(expression))
-        out = compile_destination(
-            dest,
-            error_handling=ev.ErrorHandling(mode),  # type: ignore[arg-type]
+        staged, (out,) = stage_destinations(
+            frame,
+            [(dest, ev.ErrorHandling(mode))],  # type: ignore[arg-type]
             source=source,
-            value_variant=F.col("_v"),
-            deserialization_error=F.col("_e"),
             now_ms=F.lit(0),
             store_factory=_store,
         )
+        parsed = staged
         started = time.perf_counter()
         parsed.select(F.sum(F.length(out.value))).collect()
         elapsed = time.perf_counter() - started

@@ -53,13 +53,14 @@ __all__ = [
     "REQUIRED_SPARK_CONF",
     "CompiledDestination",
     "SourceColumns",
-    "compile_destination",
     "compile_filter",
     "compile_key",
     "compile_timestamp",
     "compile_transform",
+    "destination_stages",
     "json_path",
     "parsed_value",
+    "stage_destinations",
     "value_text",
 ]
 
@@ -1539,7 +1540,8 @@ def destination_stages(
     now_ms: Column,
     store_factory: Callable[[], KeyValueStore] | None = None,
 ) -> DestinationStages:
-    """The same destination as :func:`compile_destination` (same outcomes, bytes and errors), staged.
+    """Compile one destination (deserialize -> filter -> transform -> key -> headers -> timestamp, as
+    ``evaluate.evaluate_destination``) into the three projections of :class:`DestinationStages`.
 
     ``name`` prefixes the intermediate columns (unique per destination, e.g. ``__d0``). The driver selects
     ``first``, then ``second``, then the ``final`` columns, keeping the source columns in between.
@@ -1608,119 +1610,3 @@ def stage_destinations(
     frame = frame.select("*", *(c for stage in staged for c in stage.first))
     frame = frame.select("*", *(c for stage in staged for c in stage.second))
     return frame, [stage.final for stage in staged]
-
-
-def compile_destination(
-    dest: DestinationSpec,
-    *,
-    error_handling: ErrorHandling,
-    source: SourceColumns,
-    value_variant: Column,
-    deserialization_error: Column,
-    now_ms: Column,
-    store_factory: Callable[[], KeyValueStore] | None = None,
-) -> CompiledDestination:
-    """Compile one destination: deserialize -> filter -> transform -> key -> headers -> timestamp.
-
-    ``value_variant``/``deserialization_error`` come from :func:`parsed_value` (better: columns
-    the driver materialized from it, so the JSON is parsed once per record for all
-    destinations). ``now_ms``: long, epoch milliseconds (``TIMESTAMP_AGE``, ``CURRENT``).
-    Mirrors ``evaluate.evaluate_destination``: key, header and timestamp forms read the
-    transformed value; headers are the original ones (one per name: first position, last value)
-    then static ``headers`` then ``header_transforms``; the first failing stage decides the error.
-    """
-    passed = (
-        compile_filter(dest.filter, source=source, value_variant=value_variant, now_ms=now_ms)
-        if dest.filter is not None
-        else F.lit(True)
-    )
-
-    def stages(transformed: Column | None) -> Column:
-        """Everything after the filter, as one struct (so the transform is built once)."""
-        new_value = transformed["v"] if transformed is not None else value_variant
-        body_text = F.to_json(new_value)
-        types: list[Column] = []
-        messages: list[Column] = []
-        if transformed is not None:
-            body_text = F.coalesce(transformed["j"], body_text)
-            types.append(transformed["t"])
-            messages.append(transformed["m"])
-        key = source.key.cast("binary")
-        if dest.key_transform is not None:
-            key_result = compile_key(
-                dest.key_transform, value_variant=new_value, error_handling=error_handling
-            )
-            key = key_result["v"]
-            types.append(key_result["t"])
-            messages.append(key_result["m"])
-        headers, header_errors = _headers(dest, source, new_value)
-        for condition, failure in header_errors:
-            types.append(F.when(condition, failure["t"]))
-            messages.append(F.when(condition, failure["m"]))
-        timestamp = _timestamp_ms(source)
-        if dest.timestamp is not None:
-            ts_result = compile_timestamp(
-                dest.timestamp, source=source, value_variant=new_value, now_ms=now_ms
-            )
-            timestamp = ts_result["v"]
-            types.append(ts_result["t"])
-            messages.append(ts_result["m"])
-        error_type = F.coalesce(*types, _str_null())
-        error_message = _cases(
-            [(t.isNotNull(), m) for t, m in zip(types, messages, strict=True)], _str_null()
-        )
-        return F.struct(
-            passed.alias("passed"),
-            body_text.alias("body"),
-            key.alias("key"),
-            headers.alias("headers"),
-            timestamp.cast("long").alias("ts"),
-            error_type.alias("t"),
-            error_message.alias("m"),
-        )
-
-    if dest.transform is None:
-        record = stages(None)
-    else:
-        transformed = compile_transform(
-            dest.transform,
-            value_variant=value_variant,
-            error_handling=error_handling,
-            store_factory=store_factory,
-        )
-        key_uses_udf = isinstance(
-            dest.key_transform, ast.KeyHash
-        ) and dest.key_transform.algorithm.startswith("MURMUR")
-        # A Python UDF cannot read a lambda variable: then the transform is referenced directly.
-        record = stages(transformed) if key_uses_udf else _let(transformed, stages)
-
-    def finish(r: Column) -> Column:
-        deser_failed = deserialization_error.isNotNull()
-        outcome = (
-            F.when(deser_failed, F.lit("dead_lettered"))
-            .when(~r["passed"], F.lit("filtered"))
-            .when(r["t"].isNotNull(), F.lit("dead_lettered"))
-            .otherwise(F.lit("produced"))
-        )
-        produced = outcome == "produced"
-        failed = r["passed"] & r["t"].isNotNull()
-        return F.struct(
-            outcome.alias("outcome"),
-            F.when(produced, F.encode(r["body"], "UTF-8")).alias("value"),
-            F.when(produced, r["key"]).alias("key"),
-            F.when(produced, r["headers"]).alias("headers"),
-            F.when(produced, r["ts"]).alias("timestamp_ms"),
-            F.when(deser_failed, F.lit("MessageDeserialization")).when(failed, r["t"]).alias("error_type"),
-            F.when(deser_failed, deserialization_error).when(failed, r["m"]).alias("error_message"),
-        )
-
-    final = _let(record, finish)
-    return CompiledDestination(
-        outcome=final["outcome"],
-        value=final["value"],
-        key=final["key"],
-        headers=final["headers"],
-        timestamp_ms=final["timestamp_ms"],
-        error_type=final["error_type"],
-        error_message=final["error_message"],
-    )

@@ -8,7 +8,6 @@ per example.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Literal
 
 import pytest
@@ -27,7 +26,6 @@ from tests.pipelines.dsl.test_spark_compile import (
     NOW_MS,
     destination,
     disagreement,
-    make_session,
     source_frame,
 )
 
@@ -48,10 +46,10 @@ SETTINGS = settings(
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = make_session()
-    yield session
-    session.stop()
+def spark(spark_session: SparkSession) -> SparkSession:
+    """The run's one SparkSession (tests/conftest.py): a JVM keeps the jars of its first session, so every
+    Spark test shares the session built with the Kafka connector and the driver's settings."""
+    return spark_session
 
 
 # ---- generated data -------------------------------------------------------------------------

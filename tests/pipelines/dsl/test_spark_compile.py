@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,6 @@ from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from pipelines.dsl.spark import (  # noqa: E402
-    REQUIRED_SPARK_CONF,
     SourceColumns,
     compile_filter,
     parsed_value,
@@ -37,29 +34,11 @@ _SCHEMA = (
 )
 
 
-def make_session() -> SparkSession:
-    """A small local session with the settings the driver must use too."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # UDF workers run the venv's Python ...
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    builder = (
-        SparkSession.builder.master("local[2]")
-        .appName("dsl-spark-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-    )
-    for name, value in REQUIRED_SPARK_CONF.items():
-        builder = builder.config(name, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    return session
-
-
 @pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = make_session()
-    yield session
-    session.stop()
+def spark(spark_session: SparkSession) -> SparkSession:
+    """The run's one SparkSession (tests/conftest.py): a JVM keeps the jars of its first session, so every
+    Spark test shares the session built with the Kafka connector and the driver's settings."""
+    return spark_session
 
 
 def source_frame(spark: SparkSession, messages: Sequence[ev.Message]):
