@@ -144,14 +144,9 @@ def _status(pipeline: Pipeline, run: PipelineRun | None = None) -> None:
     transaction.on_commit(lambda: broadcast.status(update))
 
 
-@transaction.atomic
-def request_start(*, actor: User, pipeline: Pipeline, reason: str = "") -> Pipeline:
-    """Ask for the pipeline to run its current revision; a worker launches the driver after commit.
-
-    Needs the operator role in the pipeline's team (PermissionDenied otherwise); NotStartable when the
-    pipeline has no revision. A FAILED or HALTED pipeline is reset to STOPPED with a fresh failure series:
-    an operator's start is the one way back from those states.
-    """
+def _request_running(*, actor: User, pipeline: Pipeline, action: str, reason: str, task: str) -> Pipeline:
+    """Shared by start and restart: lock the pipeline, want it running with a fresh failure series (a
+    FAILED or HALTED pipeline goes back to STOPPED), audit ``action``, enqueue ``task`` after commit."""
     require_role(actor, pipeline.team, Role.OPERATOR)
     locked = Pipeline.objects.select_for_update().get(pk=pipeline.pk)
     if locked.current_revision_id is None:
@@ -167,7 +162,7 @@ def request_start(*, actor: User, pipeline: Pipeline, reason: str = "") -> Pipel
     )
     audit.record(
         actor=actor,
-        action="pipeline.start",
+        action=action,
         target_type="pipeline",
         target_id=locked.name,
         reason=reason,
@@ -175,9 +170,22 @@ def request_start(*, actor: User, pipeline: Pipeline, reason: str = "") -> Pipel
         after={"desired_state": locked.desired_state, "state": locked.state},
         details={"revision": locked.current_revision_id},
     )
-    _after_commit_enqueue("start_pipeline_task", locked.pk)
+    _after_commit_enqueue(task, locked.pk)
     _status(locked)
     return locked
+
+
+@transaction.atomic
+def request_start(*, actor: User, pipeline: Pipeline, reason: str = "") -> Pipeline:
+    """Ask for the pipeline to run its current revision; a worker launches the driver after commit.
+
+    Needs the operator role in the pipeline's team (PermissionDenied otherwise); NotStartable when the
+    pipeline has no revision. A FAILED or HALTED pipeline is reset to STOPPED with a fresh failure series:
+    an operator's start is the one way back from those states.
+    """
+    return _request_running(
+        actor=actor, pipeline=pipeline, action="pipeline.start", reason=reason, task="start_pipeline_task"
+    )
 
 
 @transaction.atomic
@@ -211,31 +219,9 @@ def request_stop(*, actor: User, pipeline: Pipeline, reason: str = "") -> Pipeli
 def request_restart(*, actor: User, pipeline: Pipeline, reason: str = "") -> Pipeline:
     """Ask for a clean restart: the running driver stops gracefully and the current revision starts
     again (the way to roll out a new revision). Needs the operator role; NotStartable without a revision."""
-    require_role(actor, pipeline.team, Role.OPERATOR)
-    locked = Pipeline.objects.select_for_update().get(pk=pipeline.pk)
-    if locked.current_revision_id is None:
-        raise NotStartable(f"pipeline {locked.name} has no revision to run")
-    before = {"desired_state": locked.desired_state, "state": locked.state}
-    locked.desired_state = DesiredState.RUNNING
-    locked.consecutive_failures = 0
-    locked.next_restart_at = None
-    if locked.state in (PipelineState.FAILED, PipelineState.HALTED):
-        locked.state = PipelineState.STOPPED
-    locked.save(
-        update_fields=["desired_state", "consecutive_failures", "next_restart_at", "state", "updated_at"]
+    return _request_running(
+        actor=actor, pipeline=pipeline, action="pipeline.restart", reason=reason, task="restart_pipeline_task"
     )
-    audit.record(
-        actor=actor,
-        action="pipeline.restart",
-        target_type="pipeline",
-        target_id=locked.name,
-        reason=reason,
-        before=before,
-        after={"desired_state": locked.desired_state, "state": locked.state},
-    )
-    _after_commit_enqueue("restart_pipeline_task", locked.pk)
-    _status(locked)
-    return locked
 
 
 # ------------------------------------------------------------------------------------------ worker side
