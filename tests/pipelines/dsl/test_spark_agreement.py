@@ -37,6 +37,9 @@ HANDLINGS = [ev.ErrorHandling(mode, nulls) for mode in MISSING_MODES for nulls i
 SETTINGS = settings(
     max_examples=15,
     deadline=None,
+    # CI runs a fixed set of examples, so a red build always names a reproducible change; explore new ones
+    # with `pytest --hypothesis-seed=<n>` (and fix or record what they find in the known-differences list).
+    derandomize=True,
     suppress_health_check=[
         HealthCheck.too_slow,
         HealthCheck.data_too_large,
