@@ -428,6 +428,29 @@ def _beat(profile: Profile) -> Service:
     )
 
 
+def _dlq_ingest(profile: Profile) -> Service:
+    def command() -> list[str]:
+        return [sys.executable, str(REPO_ROOT / "manage.py"), "dlq_ingest"]
+
+    return Service(
+        "dlq-ingest",
+        (),
+        command,
+        _log_says(profile, "dlq-ingest", "dlq-ingest ready"),
+        env=lambda: django_env(profile),
+        ready_timeout=45,
+        stop_timeout=20,
+    )
+
+
 def services(profile: Profile) -> list[Service]:
-    """Every service of the stack, in start order (``down`` stops them in reverse)."""
-    return [_kafka(profile), _redis(profile), _web(profile), _worker(profile), _beat(profile)]
+    """Every service of the stack, in start order (``down`` stops them in reverse). The web runs the
+    migrations, so everything that uses the database starts after it."""
+    return [
+        _kafka(profile),
+        _redis(profile),
+        _web(profile),
+        _worker(profile),
+        _beat(profile),
+        _dlq_ingest(profile),
+    ]

@@ -4,15 +4,22 @@ event was edited or removed.
 Each event's hash is SHA-256 over the canonical JSON (sorted keys, no spaces) of its fields and the previous
 event's hash; the first event's predecessor is 64 zeros. Call ``record`` inside the mutation's own
 transaction so the change and its audit event commit or roll back together.
+
+A chain alone cannot show that its newest events were cut off (the rest still links up). So after each
+commit the newest sequence number and hash are also written to Redis, outside the database (the anchor);
+``verify_chain`` then reports a log that ends before its anchor, or whose anchored event changed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
+import redis
+from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -20,6 +27,8 @@ from django.utils import timezone
 from streamforge_web.models import AuditEvent
 
 GENESIS = "0" * 64
+_ANCHOR_PREFIX = "streamforge:audit:anchor:"
+log = logging.getLogger(__name__)
 
 
 def digest(value: Any) -> str:
@@ -90,21 +99,56 @@ def record(
                 )
                 event.hash = _event_hash(event)
                 event.save()
+                genesis = event.hash if event.sequence == 1 else _genesis_hash()
+                sequence, event_hash = event.sequence, event.hash
+                transaction.on_commit(lambda: _anchor(genesis, sequence, event_hash))  # noqa: B023  # returns next
                 return event
         except IntegrityError:
             continue
     raise IntegrityError("could not append to the audit chain: other writers kept appending first")
 
 
+def _genesis_hash() -> str:
+    return AuditEvent.objects.filter(sequence=1).values_list("hash", flat=True).first() or GENESIS
+
+
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+
+
+def _anchor(genesis: str, sequence: int, event_hash: str) -> None:
+    """Remember the newest event outside the database. The key names the chain by its first event, so
+    separate databases (or a test's fresh one) never share an anchor."""
+    key = _ANCHOR_PREFIX + genesis
+    try:
+        with _redis().pipeline() as pipe:
+            pipe.zadd(key, {f"{sequence}:{event_hash}": sequence})
+            pipe.zremrangebyrank(key, 0, -6)  # the newest five are plenty
+            pipe.execute()
+    except redis.RedisError as exc:  # the database stays the record; verify says the anchor is behind
+        log.warning("could not anchor audit event #%s: %s", sequence, exc)
+
+
+def _anchored(genesis: str) -> tuple[int, str] | None:
+    """The newest anchored (sequence, hash), None when nothing was anchored; raises RedisError."""
+    newest: list[bytes] = _redis().zrevrange(_ANCHOR_PREFIX + genesis, 0, 0)  # type: ignore[assignment]
+    if not newest:
+        return None
+    sequence, _, event_hash = newest[0].decode().partition(":")
+    return int(sequence), event_hash
+
+
 @dataclass(frozen=True)
 class ChainReport:
-    """``ok`` when every event's hash matches its content and links to its predecessor; else the first
-    broken event's sequence number and what is wrong with it."""
+    """``ok`` when every event's hash matches its content and links to its predecessor, and the log reaches
+    its Redis anchor; else the first broken event's sequence number and what is wrong with it.
+    ``anchor`` is ``checked``, ``none`` (nothing anchored yet) or ``unavailable`` (Redis down)."""
 
     ok: bool
     events: int
     broken_at: int | None = None
     problem: str = ""
+    anchor: str = "checked"
 
 
 def verify_chain(*, batch_size: int = 2000) -> ChainReport:
@@ -122,4 +166,23 @@ def verify_chain(*, batch_size: int = 2000) -> ChainReport:
             return ChainReport(False, count, event.sequence, "content does not match its hash (edited)")
         expected_prev = event.hash
         expected_sequence += 1
+    if count == 0:
+        return ChainReport(True, 0, anchor="none")
+    try:
+        anchored = _anchored(_genesis_hash())
+    except redis.RedisError:
+        return ChainReport(True, count, anchor="unavailable")
+    if anchored is None:
+        return ChainReport(True, count, anchor="none")
+    sequence, anchored_hash = anchored
+    if sequence > count:
+        return ChainReport(
+            False,
+            count,
+            count + 1,
+            f"events #{count + 1} to #{sequence} were removed (the anchor saw #{sequence})",
+        )
+    stored = AuditEvent.objects.filter(sequence=sequence).values_list("hash", flat=True).first()
+    if stored != anchored_hash:
+        return ChainReport(False, count, sequence, "differs from the anchored hash (the log was rewritten)")
     return ChainReport(True, count)

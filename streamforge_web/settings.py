@@ -26,6 +26,10 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | STREAMFORGE_CRASH_LOOP_MINUTES | 10 | ... within this many minutes make a pipeline FAILED |
 | STREAMFORGE_METRICS_RETENTION_DAYS | 14 | metric samples older than this are deleted |
 | STREAMFORGE_PROGRESS_GROUP | streamforge-web | Redis consumer group reading the drivers' progress stream |
+| STREAMFORGE_DLQ_MASKED_PATHS | (none) | comma-separated JSON paths (`/actor/email`) masked in payloads for viewers |
+| STREAMFORGE_DLQ_PRODUCE_TIMEOUT | 20 | seconds a replayed record may take to be acknowledged (Kafka delivery.timeout.ms) |
+| STREAMFORGE_DLQ_BULK_APPROVAL_THRESHOLD | 1000 | bulk actions selecting more messages than this need an approver |
+| STREAMFORGE_DLQ_BULK_STALE | 60 | seconds without a bulk worker heartbeat before another takes over (keep above the produce timeout + 25) |
 """
 
 from __future__ import annotations
@@ -122,6 +126,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
+    # Tests that start other processes against the test database (the DLQ ingester, a live web server for
+    # the browser) need it in a file those processes can open; an in-memory one is private to pytest.
+    DATABASES["default"]["TEST"] = {"NAME": str(STATE_DIR / "test-db.sqlite3")}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -196,11 +203,17 @@ CRASH_LOOP_FAILURES = env_int("STREAMFORGE_CRASH_LOOP_FAILURES", 5, minimum=1)
 CRASH_LOOP_MINUTES = env_int("STREAMFORGE_CRASH_LOOP_MINUTES", 10, minimum=1)
 METRICS_RETENTION_DAYS = env_int("STREAMFORGE_METRICS_RETENTION_DAYS", 14, minimum=1)
 PROGRESS_CONSUMER_GROUP = env_str("STREAMFORGE_PROGRESS_GROUP", "streamforge-web")
+DLQ_MASKED_PATHS = env_list("STREAMFORGE_DLQ_MASKED_PATHS", [])
+DLQ_PRODUCE_TIMEOUT_SECONDS = env_int("STREAMFORGE_DLQ_PRODUCE_TIMEOUT", 20, minimum=1)
+DLQ_BULK_APPROVAL_THRESHOLD = env_int("STREAMFORGE_DLQ_BULK_APPROVAL_THRESHOLD", 1000, minimum=0)
+DLQ_BULK_STALE_SECONDS = env_int("STREAMFORGE_DLQ_BULK_STALE", 60, minimum=5)
 
 CELERY_BEAT_SCHEDULE = {
     "reconcile-pipelines": {"task": "pipelines.reconcile", "schedule": float(RECONCILE_SECONDS)},
     "ingest-progress": {"task": "pipelines.ingest_progress", "schedule": 2.0},
     "evaluate-alerts": {"task": "pipelines.evaluate_alerts", "schedule": 30.0},
+    "resume-stale-bulks": {"task": "dlq.resume_stale_bulks", "schedule": 15.0},
+    "resolve-in-doubt-replays": {"task": "dlq.resolve_in_doubt", "schedule": 60.0},
 }
 
 CHANNEL_LAYERS = {

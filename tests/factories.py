@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import factory
 from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import make_password
 
 from streamforge_web.models import Membership, Role, Team
+
+PASSWORD = "correct-horse-battery-9"
+
+
+@functools.cache
+def _password_hash() -> str:
+    return make_password(PASSWORD)
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -18,7 +27,9 @@ class UserFactory(factory.django.DjangoModelFactory):
 
     username = factory.Sequence(lambda n: f"user{n}")
     email = factory.LazyAttribute(lambda u: f"{u.username}@example.invalid")
-    password = factory.PostGenerationMethodCall("set_password", "correct-horse-battery-9")
+    # Hashed once per run and shared: PBKDF2 at Django's real cost takes ~0.3 s per user, which added up to
+    # seconds per test; every process (a live server too) still verifies it the normal way.
+    password = factory.LazyFunction(lambda: _password_hash())
 
 
 class TeamFactory(factory.django.DjangoModelFactory):

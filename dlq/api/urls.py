@@ -1,0 +1,24 @@
+"""URLs of the DLQ console API (mounted under /api/dlq/)."""
+
+from django.urls import URLPattern, URLResolver
+from rest_framework.routers import DefaultRouter
+
+from dlq.api.views import (
+    ApprovalViewSet,
+    BulkViewSet,
+    DeadLetterViewSet,
+    DlqTopicViewSet,
+    FailureGroupViewSet,
+    RunbookViewSet,
+)
+
+router = DefaultRouter(trailing_slash=True)
+router.include_root_view = False
+router.register("messages", DeadLetterViewSet, basename="dlq-message")
+router.register("approvals", ApprovalViewSet, basename="dlq-approval")
+router.register("groups", FailureGroupViewSet, basename="dlq-group")
+router.register("bulk", BulkViewSet, basename="dlq-bulk")
+router.register("runbooks", RunbookViewSet, basename="dlq-runbook")
+router.register("topics", DlqTopicViewSet, basename="dlq-topic")
+
+urlpatterns: list[URLPattern | URLResolver] = [*router.urls]

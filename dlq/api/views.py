@@ -1,0 +1,431 @@
+"""REST endpoints of the DLQ console: messages (list, detail, fix, replay, skip, delete request),
+approvals, failure groups, bulk actions, runbooks and extra DLQ topics.
+
+Views validate request shapes and call ``dlq.services``; service errors map to HTTP as
+InvalidRequest/FilterError -> 400 ``{field: [reason]}``, PermissionDenied -> 403, Conflict -> 409,
+ReplayFailed -> 503. Objects of other teams are 404, as if they did not exist.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.pagination import CursorPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from dlq import services
+from dlq.api.serializers import (
+    ApprovalSerializer,
+    BulkCreateSerializer,
+    BulkSerializer,
+    DeadLetterListSerializer,
+    DlqTopicCreateSerializer,
+    DlqTopicSerializer,
+    FailureGroupSerializer,
+    FixSerializer,
+    OptionalReasonSerializer,
+    ReasonSerializer,
+    ReplayResultSerializer,
+    ReplaySerializer,
+    RunbookSerializer,
+    RunbookWriteSerializer,
+)
+from dlq.filters import FilterError, MessageFilter
+from dlq.models import (
+    ApprovalRequest,
+    BulkAction,
+    DeadLetter,
+    DlqTopic,
+    FailureGroup,
+    GroupHourlyCount,
+    Runbook,
+    Status,
+)
+from pipelines.models import Pipeline
+from streamforge_web.models import Role, Team
+from streamforge_web.permissions import require_role, visible_teams
+
+
+class ServiceErrorsMixin:
+    """Turns ``dlq.services`` errors into HTTP answers (see the module docstring)."""
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, services.InvalidRequest | FilterError):
+            return Response(
+                {exc.field: [getattr(exc, "message", str(exc))]}, status=status.HTTP_400_BAD_REQUEST
+            )
+        if isinstance(exc, services.Conflict):
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        if isinstance(exc, services.ReplayFailed):
+            return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        return super().handle_exception(exc)  # type: ignore[misc, no-any-return]
+
+
+class NewestFirst(CursorPagination):
+    """Keyset pagination on id, newest first: stable while dead letters keep arriving, and fast at any
+    depth (no OFFSET). ``page_size`` up to 200."""
+
+    ordering = "-id"
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+
+_FILTER_PARAMS = [
+    OpenApiParameter("pipeline", str, description="pipeline name"),
+    OpenApiParameter("error_type", str, description="e.g. JsonPathNotFound"),
+    OpenApiParameter("group", int, description="failure group id"),
+    OpenApiParameter("status", str, enum=Status.values),
+    OpenApiParameter("topic", str, description="DLQ topic"),
+    OpenApiParameter("since", str, description="ISO-8601; last failure at or after"),
+    OpenApiParameter("until", str, description="ISO-8601; last failure before"),
+    OpenApiParameter("q", str, description="key prefix or error message substring"),
+]
+
+
+def _selection(request: Request) -> MessageFilter:
+    params = {k: v for k, v in request.query_params.items() if k not in ("cursor", "page_size", "format")}
+    return MessageFilter.from_mapping(params)
+
+
+class DeadLetterViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[DeadLetter]):
+    """``/api/dlq/messages/``: parked messages of the caller's teams.
+
+    Read: viewer (payload paths in STREAMFORGE_DLQ_MASKED_PATHS are masked for viewers).
+    ``fix/``, ``replay/``, ``skip/``, ``delete/`` (a request an approver must approve): operator.
+    """
+
+    serializer_class = DeadLetterListSerializer
+    pagination_class = NewestFirst
+
+    def get_queryset(self) -> QuerySet[DeadLetter]:
+        return services.visible_dead_letters(self.request.user).defer("key", "value", "headers")
+
+    def _dead_letter(self, pk: str) -> DeadLetter:
+        return get_object_or_404(
+            services.visible_dead_letters(self.request.user).select_related(
+                "team", "pipeline__current_revision"
+            ),
+            pk=pk,
+        )
+
+    @extend_schema(parameters=_FILTER_PARAMS)
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Dead letters matching the filters, newest first, cursor-paginated."""
+        queryset = _selection(request).apply(self.get_queryset())
+        page = self.paginate_queryset(queryset)
+        return self.get_paginated_response(DeadLetterListSerializer(page, many=True).data)
+
+    @extend_schema(responses={200: dict})
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Everything about one dead letter (``dlq.services.inspect``)."""
+        return Response(services.inspect(user=request.user, dead_letter=self._dead_letter(kwargs["pk"])))
+
+    @extend_schema(request=FixSerializer, responses={201: dict})
+    @action(detail=True, methods=["post"])
+    def fix(self, request: Request, pk: str) -> Response:
+        """Store a fixed payload and say whether the pipeline would now pass it, and where to."""
+        serializer = FixSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        revision = services.fix_payload(
+            actor=request.user,  # type: ignore[arg-type]
+            dead_letter=self._dead_letter(pk),
+            value=serializer.validated_data["value"],
+            reason=serializer.validated_data["reason"],
+        )
+        return Response(
+            {"payload_revision": revision.number, "diff": revision.diff, "check": revision.dsl_check},
+            status=status.HTTP_201_CREATED,
+        )
+
+    @extend_schema(request=ReplaySerializer, responses={201: ReplayResultSerializer})
+    @action(detail=True, methods=["post"])
+    def replay(self, request: Request, pk: str) -> Response:
+        """Replay the current payload; 201 once the broker acknowledged it."""
+        serializer = ReplaySerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        attempt = services.replay(
+            actor=request.user,  # type: ignore[arg-type]
+            dead_letter=self._dead_letter(pk),
+            target_topic=data["target_topic"],
+            idempotency_key=data["idempotency_key"] or request.headers.get("Idempotency-Key", ""),
+            force=data["force"],
+            reason=data["reason"],
+        )
+        return Response(ReplayResultSerializer(attempt).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=ReasonSerializer, responses={200: DeadLetterListSerializer})
+    @action(detail=True, methods=["post"])
+    def skip(self, request: Request, pk: str) -> Response:
+        """Close the message without producing anything; the reason is required."""
+        serializer = ReasonSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        row = services.skip(
+            actor=request.user,  # type: ignore[arg-type]
+            dead_letter=self._dead_letter(pk),
+            reason=serializer.validated_data["reason"],
+        )
+        return Response(DeadLetterListSerializer(row).data)
+
+    @extend_schema(request=ReasonSerializer, responses={202: ApprovalSerializer})
+    @action(detail=True, methods=["post"])
+    def delete(self, request: Request, pk: str) -> Response:
+        """Ask for the payload to be erased; a different approver must approve it."""
+        serializer = ReasonSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        approval = services.request_delete(
+            actor=request.user,  # type: ignore[arg-type]
+            dead_letter=self._dead_letter(pk),
+            reason=serializer.validated_data["reason"],
+        )
+        return Response(ApprovalSerializer(approval).data, status=status.HTTP_202_ACCEPTED)
+
+
+class ApprovalViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[ApprovalRequest]):
+    """``/api/dlq/approvals/``: requests of the caller's teams (``?state=pending``). ``approve/`` and
+    ``reject/``: the approver role, never on one's own request."""
+
+    serializer_class = ApprovalSerializer
+
+    def get_queryset(self) -> QuerySet[ApprovalRequest]:
+        qs = ApprovalRequest.objects.filter(team__in=visible_teams(self.request.user)).select_related(
+            "requested_by", "decided_by", "team"
+        )
+        state = self.request.query_params.get("state")
+        return qs.filter(state=state) if state else qs
+
+    @extend_schema(parameters=[OpenApiParameter("state", str)])
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Approval requests, newest first."""
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(request=OptionalReasonSerializer, responses={200: ApprovalSerializer})
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str) -> Response:
+        """Approve and carry out the request."""
+        serializer = OptionalReasonSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        approval = services.approve(
+            actor=request.user,  # type: ignore[arg-type]
+            approval=self.get_object(),
+            reason=serializer.validated_data["reason"],
+        )
+        return Response(ApprovalSerializer(approval).data)
+
+    @extend_schema(request=OptionalReasonSerializer, responses={200: ApprovalSerializer})
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str) -> Response:
+        """Reject the request."""
+        serializer = OptionalReasonSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        approval = services.reject(
+            actor=request.user,  # type: ignore[arg-type]
+            approval=self.get_object(),
+            reason=serializer.validated_data["reason"],
+        )
+        return Response(ApprovalSerializer(approval).data)
+
+
+class FailureGroupViewSet(viewsets.ReadOnlyModelViewSet[FailureGroup]):
+    """``/api/dlq/groups/``: failure groups of the caller's teams, most recently seen first, with the
+    parked count, the hourly trend of the last 24 hours and their runbooks. Filters: ``pipeline``,
+    ``error_type``."""
+
+    serializer_class = FailureGroupSerializer
+
+    def get_queryset(self) -> QuerySet[FailureGroup]:
+        qs = FailureGroup.objects.filter(team__in=visible_teams(self.request.user)).annotate(
+            parked=Count("dead_letters", filter=Q(dead_letters__status=Status.PARKED))
+        )
+        params = self.request.query_params
+        if params.get("pipeline"):
+            qs = qs.filter(pipeline_name=params["pipeline"])
+        if params.get("error_type"):
+            qs = qs.filter(error_type=params["error_type"])
+        return qs.order_by("-last_seen")
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        context = super().get_serializer_context()
+        context["trends"] = self._trends()
+        return context
+
+    def _trends(self) -> dict[int, list[dict[str, Any]]]:
+        since = timezone.now() - timedelta(hours=24)
+        rows = GroupHourlyCount.objects.filter(
+            hour__gte=since, group__team__in=visible_teams(self.request.user)
+        ).order_by("hour")
+        trends: dict[int, list[dict[str, Any]]] = {}
+        for row in rows:
+            trends.setdefault(row.group_id, []).append({"hour": row.hour.isoformat(), "count": row.count})
+        return trends
+
+    @extend_schema(
+        parameters=[OpenApiParameter("pipeline", str), OpenApiParameter("error_type", str)],
+    )
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Failure groups, most recently seen first."""
+        return super().list(request, *args, **kwargs)
+
+
+class BulkViewSet(ServiceErrorsMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet[BulkAction]):
+    """``/api/dlq/bulk/``: bulk replays and skips. ``POST`` with ``dry_run: true`` counts what the filter
+    selects; without it, creates the action (202; queued, or awaiting approval when large).
+    ``pause/``, ``resume/``, ``cancel/``: operator."""
+
+    serializer_class = BulkSerializer
+
+    def get_queryset(self) -> QuerySet[BulkAction]:
+        return BulkAction.objects.filter(team__in=visible_teams(self.request.user)).select_related(
+            "created_by", "team"
+        )
+
+    @extend_schema(request=BulkCreateSerializer, responses={202: BulkSerializer, 200: dict})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Preview (``dry_run``) or create a bulk action."""
+        serializer = BulkCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        try:
+            selection = MessageFilter.from_mapping(data["filters"])
+        except FilterError as exc:
+            return Response({f"filters.{exc.field}": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
+        if data["dry_run"]:
+            return Response(services.preview_bulk(actor=request.user, selection=selection))  # type: ignore[arg-type]
+        bulk = services.create_bulk(
+            actor=request.user,  # type: ignore[arg-type]
+            kind=data["kind"],
+            selection=selection,
+            reason=data["reason"],
+            rate_limit=data["rate_limit"],
+            target_topic=data["target_topic"],
+        )
+        return Response(BulkSerializer(bulk).data, status=status.HTTP_202_ACCEPTED)
+
+    def _transition(self, request: Request, operation: Any) -> Response:
+        serializer = OptionalReasonSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        bulk = operation(
+            actor=request.user, bulk=self.get_object(), reason=serializer.validated_data["reason"]
+        )
+        return Response(BulkSerializer(bulk).data)
+
+    @extend_schema(request=OptionalReasonSerializer, responses={200: BulkSerializer})
+    @action(detail=True, methods=["post"])
+    def pause(self, request: Request, pk: str) -> Response:
+        """Stop after the chunk in flight; resumable."""
+        return self._transition(request, services.pause_bulk)
+
+    @extend_schema(request=OptionalReasonSerializer, responses={200: BulkSerializer})
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk: str) -> Response:
+        """Continue a paused or cancelled action after its cursor."""
+        return self._transition(request, services.resume_bulk)
+
+    @extend_schema(request=OptionalReasonSerializer, responses={200: BulkSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str) -> Response:
+        """Stop the action; messages not reached stay parked."""
+        return self._transition(request, services.cancel_bulk)
+
+
+class RunbookViewSet(ServiceErrorsMixin, viewsets.ModelViewSet[Runbook]):
+    """``/api/dlq/runbooks/``: read by every member of the team; written by admins."""
+
+    serializer_class = RunbookSerializer
+
+    def get_queryset(self) -> QuerySet[Runbook]:
+        return Runbook.objects.filter(team__in=visible_teams(self.request.user)).select_related("team")
+
+    def _save(self, request: Request, runbook: Runbook | None) -> Runbook:
+        serializer = RunbookWriteSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        group: FailureGroup | None = data.get("group")
+        team: Team | None
+        if group is not None:
+            team = group.team
+        elif runbook is not None:
+            team = runbook.team
+        else:
+            team = visible_teams(request.user).filter(name=data.get("team", "")).first()
+            if team is None:
+                raise services.InvalidRequest(
+                    "team", "name one of your teams (or attach the runbook to a group)"
+                )
+        return services.save_runbook(
+            actor=request.user,  # type: ignore[arg-type]
+            team=team,
+            title=data["title"],
+            body=data["body"],
+            actions=data["actions"],
+            group=group,
+            error_type=data["error_type"],
+            runbook=runbook,
+        )
+
+    @extend_schema(request=RunbookWriteSerializer, responses={201: RunbookSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Create a runbook (admin)."""
+        return Response(RunbookSerializer(self._save(request, None)).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=RunbookWriteSerializer, responses={200: RunbookSerializer})
+    def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Replace a runbook (admin)."""
+        return Response(RunbookSerializer(self._save(request, self.get_object())).data)
+
+    @extend_schema(request=RunbookWriteSerializer, responses={200: RunbookSerializer})
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Same as PUT: every field is sent."""
+        return self.update(request, *args, **kwargs)
+
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Remove a runbook (admin)."""
+        services.delete_runbook(actor=request.user, runbook=self.get_object())  # type: ignore[arg-type]
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class DlqTopicViewSet(ServiceErrorsMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet[DlqTopic]):
+    """``/api/dlq/topics/``: extra DLQ topics (Kafka Connect, Spring Kafka...) the ingester reads. Register:
+    admin."""
+
+    serializer_class = DlqTopicSerializer
+
+    def get_queryset(self) -> QuerySet[DlqTopic]:
+        return DlqTopic.objects.filter(team__in=visible_teams(self.request.user)).select_related(
+            "team", "pipeline"
+        )
+
+    @extend_schema(request=DlqTopicCreateSerializer, responses={201: DlqTopicSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Register a topic."""
+        serializer = DlqTopicCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        team = visible_teams(request.user).filter(name=data["team"]).first()
+        if team is None:
+            return Response({"team": ["no such team among yours"]}, status=status.HTTP_400_BAD_REQUEST)
+        require_role(request.user, team, Role.ADMIN)
+        pipeline = None
+        if data["pipeline"]:
+            pipeline = Pipeline.objects.filter(name=data["pipeline"], team=team).first()
+            if pipeline is None:
+                return Response(
+                    {"pipeline": ["no such pipeline in this team"]}, status=status.HTTP_400_BAD_REQUEST
+                )
+        row = services.register_topic(
+            actor=request.user,  # type: ignore[arg-type]
+            topic=data["topic"],
+            team=team,
+            pipeline=pipeline,
+            description=data["description"],
+        )
+        return Response(DlqTopicSerializer(row).data, status=status.HTTP_201_CREATED)

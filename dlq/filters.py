@@ -1,0 +1,110 @@
+"""Selecting dead letters: one filter shape shared by the message list, bulk actions and the CLI, so what an
+operator previews is exactly what a bulk action then touches."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q, QuerySet
+from django.utils.dateparse import parse_datetime
+
+from dlq.models import DeadLetter, Status
+
+
+class FilterError(ValueError):
+    """A filter field is invalid; ``field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+@dataclass(frozen=True)
+class MessageFilter:
+    """Which dead letters: every field optional, all given fields must match.
+
+    ``pipeline``: pipeline name. ``error_type``: exact. ``group``: failure group id. ``status``: a Status
+    value. ``topic``: DLQ topic. ``since``/``until``: ISO-8601 bounds on the last failure time (inclusive
+    / exclusive). ``q``: text search, a prefix of the record key or a substring of the error message.
+    """
+
+    pipeline: str = ""
+    error_type: str = ""
+    group: int | None = None
+    status: str = ""
+    topic: str = ""
+    since: str = ""
+    until: str = ""
+    q: str = ""
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any]) -> MessageFilter:
+        """Build from request or JSON data (unknown keys refused). Raises FilterError naming the field."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise FilterError(unknown[0], f"unknown filter; use {', '.join(sorted(known))}")
+        values: dict[str, Any] = {}
+        for name in known:
+            raw = data.get(name)
+            if raw in (None, ""):
+                continue
+            if name == "group":
+                try:
+                    values[name] = int(str(raw))
+                except (TypeError, ValueError):
+                    raise FilterError(name, "must be a failure group id (an integer)") from None
+            else:
+                values[name] = str(raw).strip()
+        made = cls(**values)
+        made.validate()
+        return made
+
+    def validate(self) -> None:
+        """Raises FilterError for an unknown status or an unparseable time."""
+        if self.status and self.status not in Status.values:
+            raise FilterError("status", f"must be one of {', '.join(Status.values)}")
+        for name in ("since", "until"):
+            text = getattr(self, name)
+            if text and _when(text) is None:
+                raise FilterError(name, "must be an ISO-8601 time with a timezone, e.g. 2026-11-21T08:00:00Z")
+        if len(self.q) > 200:
+            raise FilterError("q", "at most 200 characters")
+
+    def to_json(self) -> dict[str, Any]:
+        """Only the fields that are set."""
+        return {k: v for k, v in asdict(self).items() if v not in ("", None)}
+
+    def apply(self, queryset: QuerySet[DeadLetter]) -> QuerySet[DeadLetter]:
+        """``queryset`` narrowed by every set field."""
+        qs = queryset
+        if self.pipeline:
+            qs = qs.filter(pipeline_name=self.pipeline)
+        if self.error_type:
+            qs = qs.filter(error_type=self.error_type)
+        if self.group is not None:
+            qs = qs.filter(group_id=self.group)
+        if self.status:
+            qs = qs.filter(status=self.status)
+        if self.topic:
+            qs = qs.filter(dlq_topic=self.topic)
+        if self.since:
+            qs = qs.filter(last_failed_at__gte=_when(self.since))
+        if self.until:
+            qs = qs.filter(last_failed_at__lt=_when(self.until))
+        if self.q:
+            qs = qs.filter(Q(key_text__startswith=self.q) | Q(error_message__icontains=self.q))
+        return qs
+
+
+def _when(text: str) -> datetime | None:
+    try:
+        # A "+01:00" offset arrives as " 01:00" when a client forgot to URL-encode the plus sign.
+        parsed = parse_datetime(text.replace(" ", "+") if "T" in text else text)
+    except ValueError:
+        return None
+    if parsed is None or parsed.tzinfo is None:
+        return None
+    return parsed

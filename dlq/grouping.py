@@ -1,0 +1,42 @@
+"""Failure groups: dead letters that failed the same way, so an on-call engineer works one group instead of
+a thousand messages. A group is pipeline + error type + a normalized error message (``signature``), where
+the parts that vary between records (numbers, offsets, ids, quoted values, hex) are replaced by
+placeholders.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Final
+
+_MAX_SIGNATURE: Final = 300
+# Order matters: the longest, most specific forms first, so a UUID is not eaten digit by digit.
+_RULES: Final = (
+    (re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"), "<uuid>"),
+    (re.compile(r"\b\d{4}-\d{2}-\d{2}[T ][0-9:.]+(?:Z|[+-]\d{2}:?\d{2})?"), "<time>"),
+    (re.compile(r"\b0x[0-9a-fA-F]+\b|\b[0-9a-fA-F]{16,}\b"), "<hex>"),
+    (re.compile(r"'[^']*'"), "'<v>'"),
+    (re.compile(r'"[^"]*"'), '"<v>"'),
+    (re.compile(r"(?<![A-Za-z])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"), "<n>"),
+    (re.compile(r"\s+"), " "),
+)
+
+
+def normalize_message(message: str) -> str:
+    """The error message with its varying parts replaced, at most 300 characters.
+
+    >>> normalize_message("JSON path '/payload/size' not found at offset 1234")
+    "JSON path '<v>' not found at offset <n>"
+    """
+    text = message.strip()
+    for pattern, placeholder in _RULES:
+        text = pattern.sub(placeholder, text)
+    return text[:_MAX_SIGNATURE]
+
+
+def group_key(*, pipeline: str, dlq_topic: str, error_type: str, signature: str) -> str:
+    """SHA-256 hex identifying a group: the pipeline (or, for foreign DLQs, the DLQ topic), the error type
+    and the signature. Stable across processes, so concurrent ingesters agree on the group."""
+    owner = f"pipeline:{pipeline}" if pipeline else f"topic:{dlq_topic}"
+    return hashlib.sha256(f"{owner}\x00{error_type}\x00{signature}".encode()).hexdigest()

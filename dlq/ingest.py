@@ -1,0 +1,448 @@
+"""The DLQ ingester: consumes every pipeline's DLQ topic and every registered extra DLQ topic into
+``DeadLetter`` rows, exactly one row per DLQ record.
+
+Exactly once, across crashes: a batch's rows, failure-group counts and replay links are written in one
+database transaction, and the Kafka offsets are committed only after it (synchronously). A crash between
+the two re-reads the batch, and rows already stored are recognised by their (topic, partition, offset)
+and skipped, so the counts are not incremented twice either. The unique constraint on the coordinates is
+the last line of defence if two ingesters ever share a partition.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import signal
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, Message, TopicPartition
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from dlq import broadcast, headers
+from dlq.grouping import group_key, normalize_message
+from dlq.models import DeadLetter, DlqTopic, FailureGroup, GroupHourlyCount, Replay, ReplayState
+from pipelines.models import Pipeline
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GROUP_ID = "streamforge-dlq-ingest"
+_KEY_TEXT_CHARS = 200
+
+
+@dataclass(frozen=True)
+class TopicOwner:
+    """Who a DLQ topic's records belong to: the team, and the pipeline when one is known."""
+
+    team_id: int
+    pipeline_id: int | None
+    pipeline_name: str
+
+
+def dlq_topics() -> dict[str, TopicOwner]:
+    """Every DLQ topic to read: each pipeline's current ``dlq.topic``, plus the registered DlqTopic rows
+    (which win where both name a topic, as an admin registered them deliberately)."""
+    owners: dict[str, TopicOwner] = {}
+    for pipeline in Pipeline.objects.select_related("current_revision").exclude(current_revision=None):
+        assert pipeline.current_revision is not None
+        topic = (pipeline.current_revision.spec.get("dlq") or {}).get("topic")
+        if topic:
+            owners[str(topic)] = TopicOwner(pipeline.team_id, pipeline.pk, pipeline.name)
+    for extra in DlqTopic.objects.select_related("pipeline"):
+        owners[extra.topic] = TopicOwner(
+            extra.team_id, extra.pipeline_id, extra.pipeline.name if extra.pipeline else ""
+        )
+    return owners
+
+
+@dataclass(frozen=True)
+class Record:
+    """One consumed DLQ record, as plain data. ``timestamp_ms`` is None when the broker gave none."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    timestamp_ms: int | None
+
+    @classmethod
+    def from_message(cls, message: Message) -> Record:
+        """Copy a confluent-kafka message (which must not be an error event)."""
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        if topic is None or partition is None or offset is None:
+            raise ValueError(f"not a record but an error event: {message.error()}")
+        kind, millis = message.timestamp()
+        raw_headers = message.headers() or []
+        pairs = raw_headers.items() if isinstance(raw_headers, dict) else raw_headers
+        return cls(
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            key=_as_bytes(message.key()),
+            value=_as_bytes(message.value()),
+            headers=[(name, _as_bytes(value)) for name, value in pairs],
+            timestamp_ms=None if kind == TIMESTAMP_NOT_AVAILABLE or millis is None or millis < 0 else millis,
+        )
+
+
+def _as_bytes(data: str | bytes | None) -> bytes | None:
+    return data.encode() if isinstance(data, str) else data
+
+
+@dataclass
+class BatchResult:
+    """What one ``store_batch`` did: rows inserted, records already stored (re-read after a crash), and
+    the ids of the new rows."""
+
+    inserted: int = 0
+    already_stored: int = 0
+    new_ids: list[int] = field(default_factory=list)
+
+
+def _encode_headers(raw: Sequence[tuple[str, bytes | None]]) -> list[list[str | None]]:
+    return [[name, None if value is None else base64.b64encode(value).decode()] for name, value in raw]
+
+
+def _key_text(key: bytes | None) -> str:
+    if not key:
+        return ""
+    return key[:_KEY_TEXT_CHARS].decode("utf-8", "replace")[:_KEY_TEXT_CHARS]
+
+
+def _hour(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+def _timestamp(record: Record) -> datetime | None:
+    if record.timestamp_ms is None:
+        return None
+    return datetime.fromtimestamp(record.timestamp_ms / 1000, tz=UTC)
+
+
+def store_batch(
+    messages: Sequence[Record],
+    owners: dict[str, TopicOwner],
+    *,
+    pipelines_by_name: dict[str, tuple[int, int]] | None = None,
+) -> BatchResult:
+    """Store one polled batch of DLQ records in one transaction (see the module docstring).
+
+    ``owners`` maps each subscribed topic to its owner; a StreamForge record naming a known pipeline in
+    ``x-streamforge-pipeline`` is attributed to that pipeline (``pipelines_by_name``: name -> (id, team id)).
+    Records of topics without an owner are skipped with a warning (the subscription has just changed).
+    """
+    by_name = pipelines_by_name if pipelines_by_name is not None else _pipelines_by_name()
+    result = BatchResult()
+    now = timezone.now()
+    with transaction.atomic():
+        stored = _already_stored(messages)
+        rows: list[DeadLetter] = []
+        group_rows: dict[str, FailureGroup] = {}
+        arrivals: Counter[tuple[str, datetime]] = Counter()
+        replay_ids: dict[str, int] = {}
+        seen_now: set[tuple[str, int, int]] = set()
+        for message in messages:
+            topic, partition, offset = message.topic, message.partition, message.offset
+            coordinates = (topic, partition, offset)
+            if coordinates in stored or coordinates in seen_now:
+                result.already_stored += 1
+                continue
+            owner = owners.get(topic)
+            if owner is None:
+                log.warning("record %s/%s/%s of a topic with no owner was skipped", *coordinates)
+                continue
+            seen_now.add(coordinates)
+            raw_headers = message.headers
+            failure = headers.parse(raw_headers)
+            team_id, pipeline_id, pipeline_name = owner.team_id, owner.pipeline_id, owner.pipeline_name
+            if failure.pipeline and failure.pipeline in by_name:
+                pipeline_id, team_id = by_name[failure.pipeline]
+                pipeline_name = failure.pipeline
+            elif failure.pipeline:
+                pipeline_name = failure.pipeline
+            signature = normalize_message(failure.error_message)
+            gkey = group_key(
+                pipeline=pipeline_name, dlq_topic=topic, error_type=failure.error_type, signature=signature
+            )
+            failed_at = failure.failed_at or _timestamp(message) or now
+            group = group_rows.get(gkey) or _group(
+                gkey, team_id, pipeline_id, pipeline_name, topic, failure, now
+            )
+            group_rows[gkey] = group
+            group.count += 1
+            group.first_seen = min(group.first_seen, failed_at)
+            group.last_seen = max(group.last_seen, failed_at)
+            arrivals[(gkey, _hour(failed_at))] += 1
+            value = message.value
+            key = message.key
+            row = DeadLetter(
+                team_id=team_id,
+                pipeline_id=pipeline_id,
+                pipeline_name=pipeline_name,
+                dlq_topic=topic,
+                dlq_partition=partition,
+                dlq_offset=offset,
+                dlq_timestamp=_timestamp(message),
+                source_topic=failure.source_topic,
+                source_partition=failure.source_partition,
+                source_offset=failure.source_offset,
+                key=key,
+                value=value,
+                headers=_encode_headers(raw_headers),
+                value_size=len(value or b""),
+                key_text=_key_text(key),
+                convention=failure.convention,
+                error_type=failure.error_type[:128],
+                error_message=failure.error_message,
+                destination=failure.destination[:128],
+                revision=failure.revision,
+                attempts=failure.attempts,
+                first_failed_at=failed_at,
+                last_failed_at=failed_at,
+            )
+            row._group_key = gkey  # type: ignore[attr-defined]  # resolved to group_id below
+            if failure.replay_id:
+                replay_ids[failure.replay_id] = len(rows)
+            rows.append(row)
+        if not rows:
+            return result
+        saved_groups = _save_groups(group_rows)
+        for row in rows:
+            row.group_id = saved_groups[row._group_key]  # type: ignore[attr-defined]
+        _link_replays(rows, replay_ids)
+        DeadLetter.objects.bulk_create(rows, batch_size=500)
+        _save_hourly(saved_groups, arrivals)
+        if any(row.pk is None for row in rows):  # backends that do not return ids from bulk inserts
+            _reload_ids(rows)
+        result.inserted = len(rows)
+        result.new_ids = [int(row.pk) for row in rows]
+        summary = _arrival_summary(rows)
+        transaction.on_commit(lambda: broadcast.dead_letters_arrived(summary))
+    return result
+
+
+def _pipelines_by_name() -> dict[str, tuple[int, int]]:
+    return {name: (pk, team) for pk, name, team in Pipeline.objects.values_list("pk", "name", "team_id")}
+
+
+def _already_stored(messages: Sequence[Record]) -> set[tuple[str, int, int]]:
+    spans: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for message in messages:
+        spans[(message.topic, message.partition)].append(message.offset)
+    condition = Q()
+    for (topic, partition), offsets in spans.items():
+        condition |= Q(
+            dlq_topic=topic,
+            dlq_partition=partition,
+            dlq_offset__gte=min(offsets),
+            dlq_offset__lte=max(offsets),
+        )
+    if not spans:
+        return set()
+    return set(DeadLetter.objects.filter(condition).values_list("dlq_topic", "dlq_partition", "dlq_offset"))
+
+
+def _group(
+    gkey: str,
+    team_id: int,
+    pipeline_id: int | None,
+    pipeline_name: str,
+    topic: str,
+    failure: headers.Failure,
+    now: datetime,
+) -> FailureGroup:
+    """An unsaved group carrying this batch's increments (count starts at 0, times at the first record)."""
+    first = failure.failed_at or now
+    return FailureGroup(
+        key=gkey,
+        team_id=team_id,
+        pipeline_id=pipeline_id,
+        pipeline_name=pipeline_name,
+        dlq_topic=topic,
+        error_type=failure.error_type[:128],
+        signature=normalize_message(failure.error_message),
+        sample_message=failure.error_message[:2000],
+        count=0,
+        first_seen=first,
+        last_seen=first,
+    )
+
+
+def _save_groups(increments: dict[str, FailureGroup]) -> dict[str, int]:
+    """Add this batch's counts to the stored groups (created if new); returns group key -> id."""
+    ids: dict[str, int] = {}
+    existing = {g.key: g for g in FailureGroup.objects.select_for_update().filter(key__in=list(increments))}
+    for gkey, batch in increments.items():
+        stored = existing.get(gkey)
+        if stored is None:
+            batch.save()
+            ids[gkey] = batch.pk
+            continue
+        FailureGroup.objects.filter(pk=stored.pk).update(
+            count=F("count") + batch.count,
+            first_seen=min(stored.first_seen, batch.first_seen),
+            last_seen=max(stored.last_seen, batch.last_seen),
+        )
+        ids[gkey] = stored.pk
+    return ids
+
+
+def _save_hourly(group_ids: dict[str, int], arrivals: Counter[tuple[str, datetime]]) -> None:
+    for (gkey, hour), count in arrivals.items():
+        updated = GroupHourlyCount.objects.filter(group_id=group_ids[gkey], hour=hour).update(
+            count=F("count") + count
+        )
+        if not updated:
+            GroupHourlyCount.objects.create(group_id=group_ids[gkey], hour=hour, count=count)
+
+
+def _link_replays(rows: list[DeadLetter], replay_ids: dict[str, int]) -> None:
+    """A record that carries a console replay id failed again: point it at the dead letter that was
+    replayed, and mark that replay FAILED_AGAIN."""
+    if not replay_ids:
+        return
+    replays = Replay.objects.filter(replay_id__in=list(replay_ids)).values_list("replay_id", "dead_letter_id")
+    for replay_id, dead_letter_id in replays:
+        rows[replay_ids[str(replay_id)]].replay_of_id = dead_letter_id
+    Replay.objects.filter(replay_id__in=list(replay_ids)).update(state=ReplayState.FAILED_AGAIN)
+
+
+def _reload_ids(rows: list[DeadLetter]) -> None:
+    found = {
+        (t, p, o): pk
+        for pk, t, p, o in DeadLetter.objects.filter(
+            dlq_topic__in={r.dlq_topic for r in rows}, dlq_offset__in=[r.dlq_offset for r in rows]
+        ).values_list("pk", "dlq_topic", "dlq_partition", "dlq_offset")
+    }
+    for row in rows:
+        row.pk = found[(row.dlq_topic, row.dlq_partition, row.dlq_offset)]
+
+
+def _arrival_summary(rows: Iterable[DeadLetter]) -> list[broadcast.Arrival]:
+    counts: Counter[tuple[int, str, str, int]] = Counter()
+    for row in rows:
+        counts[(row.team_id, row.pipeline_name, row.error_type, int(row.group_id))] += 1
+    return [
+        broadcast.Arrival(team_id=team, pipeline=name, error_type=etype, group=group, count=count)
+        for (team, name, etype, group), count in counts.items()
+    ]
+
+
+class Ingester:
+    """The long-running loop: subscribe to the DLQ topics, poll batches, ``store_batch``, commit offsets.
+
+    ``batch_size`` records per poll (at most), ``poll_timeout`` seconds per poll, the topic list refreshed
+    every ``refresh_seconds``. ``stop`` (a threading.Event) ends the loop after the current batch.
+    Offsets start at the earliest record for a new consumer group, so nothing already parked is missed.
+    """
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str | None = None,
+        group_id: str = DEFAULT_GROUP_ID,
+        batch_size: int = 500,
+        poll_timeout: float = 1.0,
+        refresh_seconds: float = 10.0,
+        on_batch: Callable[[BatchResult], None] | None = None,
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers or settings.KAFKA_BOOTSTRAP_SERVERS
+        self.group_id = group_id
+        self.batch_size = batch_size
+        self.poll_timeout = poll_timeout
+        self.refresh_seconds = refresh_seconds
+        self.on_batch = on_batch
+        self.stop = threading.Event()
+        self.totals: Counter[str] = Counter()
+        self._consumer: Consumer | None = None
+        self._owners: dict[str, TopicOwner] = {}
+        self._subscribed: set[str] = set()
+        self._pipelines: dict[str, tuple[int, int]] = {}
+        self._next_refresh = 0.0
+
+    def _make_consumer(self) -> Consumer:
+        return Consumer(
+            {
+                "bootstrap.servers": self.bootstrap_servers,
+                "group.id": self.group_id,
+                "enable.auto.commit": False,  # committed after the database commit, never before
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",  # an aborted effectively-once batch is not a failure
+                "client.id": f"dlq-ingest-{os.getpid()}",
+            }
+        )
+
+    def _refresh(self, consumer: Consumer) -> None:
+        self._owners = dlq_topics()
+        existing = set(consumer.list_topics(timeout=10).topics)
+        wanted = {t for t in self._owners if t in existing}
+        if wanted != self._subscribed:
+            if wanted:
+                consumer.subscribe(sorted(wanted))
+            else:
+                consumer.unsubscribe()
+            log.info("dlq-ingest reads %d topic(s): %s", len(wanted), ", ".join(sorted(wanted)) or "none")
+            self._subscribed = wanted
+        self._pipelines = _pipelines_by_name()
+        self._next_refresh = time.monotonic() + self.refresh_seconds
+
+    def run_once(self) -> BatchResult:
+        """Poll one batch, store it and commit its offsets. Returns what was stored."""
+        consumer = self._consumer or self._make_consumer()
+        self._consumer = consumer
+        if time.monotonic() >= self._next_refresh:
+            self._refresh(consumer)
+        if not self._subscribed:
+            time.sleep(self.poll_timeout)
+            return BatchResult()
+        polled = consumer.consume(num_messages=self.batch_size, timeout=self.poll_timeout)
+        records: list[Record] = []
+        for message in polled:
+            error = message.error()
+            if error is None:
+                records.append(Record.from_message(message))
+            elif error.code() != KafkaError._PARTITION_EOF:
+                log.warning("dlq-ingest poll error: %s", error)
+        if not records:
+            return BatchResult()
+        result = store_batch(records, self._owners, pipelines_by_name=self._pipelines)
+        consumer.commit(offsets=_next_offsets(records), asynchronous=False)
+        self.totals["inserted"] += result.inserted
+        self.totals["already_stored"] += result.already_stored
+        if self.on_batch is not None:
+            self.on_batch(result)
+        return result
+
+    def run(self) -> None:
+        """Loop until ``stop`` is set (SIGTERM/SIGINT set it when run from the management command)."""
+        try:
+            while not self.stop.is_set():
+                self.run_once()
+        finally:
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT finish the current batch, then stop."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.stop.set())
+
+
+def _next_offsets(records: Sequence[Record]) -> list[TopicPartition]:
+    """The offset to commit per partition: one past the last record read (Kafka's commit convention)."""
+    highest: dict[tuple[str, int], int] = {}
+    for record in records:
+        tp = (record.topic, record.partition)
+        highest[tp] = max(highest.get(tp, -1), record.offset)
+    return [TopicPartition(topic, partition, offset + 1) for (topic, partition), offset in highest.items()]

@@ -1,0 +1,406 @@
+"""The parking lot: dead letters, their payload fixes and replays, approvals, bulk actions, failure groups,
+runbooks and the extra DLQ topics an admin registers.
+
+State changes that must happen at most once (replay, approve, bulk claims) are conditional UPDATEs or
+``select_for_update`` in ``dlq.services``; the models only hold the data and the rules of one row.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+
+from pipelines.models import Pipeline
+from streamforge_web.models import Team
+
+
+class DlqTopic(models.Model):
+    """An extra DLQ topic for the ingester to read, e.g. one written by Kafka Connect or Spring Kafka.
+
+    Pipelines' own DLQ topics are read without registration; this row gives a foreign topic an owning team
+    (for permissions) and optionally the pipeline whose source its records belong to.
+    """
+
+    topic = models.CharField(max_length=249, unique=True)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="dlq_topics")
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    description = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["topic"]
+
+    def __str__(self) -> str:
+        return self.topic
+
+
+class FailureGroup(models.Model):
+    """Dead letters of one pipeline (or foreign DLQ topic) with the same error type and normalized error
+    message. ``count`` and the seen-times are maintained by ingest in the same transaction as the rows."""
+
+    key = models.CharField(max_length=64, unique=True, help_text="dlq.grouping.group_key")
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="failure_groups")
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    pipeline_name = models.CharField(max_length=63, blank=True)
+    dlq_topic = models.CharField(max_length=249)
+    error_type = models.CharField(max_length=128, db_index=True)
+    signature = models.TextField(help_text="the error message with its varying parts replaced")
+    sample_message = models.TextField(blank=True)
+    count = models.PositiveBigIntegerField(default=0)
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-last_seen"]
+
+    def __str__(self) -> str:
+        return f"{self.pipeline_name or self.dlq_topic}: {self.error_type}: {self.signature[:60]}"
+
+
+class GroupHourlyCount(models.Model):
+    """Arrivals of one failure group per UTC hour: the trend line, without counting millions of rows."""
+
+    group = models.ForeignKey(FailureGroup, on_delete=models.CASCADE, related_name="hourly")
+    hour = models.DateTimeField()
+    count = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["group", "hour"], name="one_count_per_group_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.group_id} @ {self.hour:%Y-%m-%d %H}:00: {self.count}"
+
+
+class Status(models.TextChoices):
+    """Where a dead letter is in its life.
+
+    PARKED: waiting for an operator. REPLAYING: claimed by one replay, the produce is under way (or its
+    outcome is in doubt after a crash, until ``services.resolve_in_doubt`` reads the target topic).
+    REPLAYED: the broker acknowledged the replayed record. SKIPPED: closed with a reason, nothing produced.
+    DELETED: payload erased after an approved delete request (the row stays for the audit trail).
+    """
+
+    PARKED = "parked", "Parked"
+    REPLAYING = "replaying", "Replaying"
+    REPLAYED = "replayed", "Replayed"
+    SKIPPED = "skipped", "Skipped"
+    DELETED = "deleted", "Deleted"
+
+
+class DeadLetter(models.Model):
+    """One record of a DLQ topic: exactly one row per (topic, partition, offset), however often ingest
+    reads it. ``key``/``value``/``headers`` are the DLQ record's bytes as written; ``headers`` is a list of
+    ``[name, base64-or-null]`` pairs (header values may be binary, e.g. Spring's big-endian ints).
+    The payload to replay is the latest ``PayloadRevision`` if any, else ``value``.
+    """
+
+    # No single-column indexes on these: the composite indexes below start with them.
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="dead_letters", db_index=False)
+    pipeline = models.ForeignKey(
+        Pipeline,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="dead_letters",
+        db_index=False,
+    )
+    pipeline_name = models.CharField(
+        max_length=63, blank=True, help_text="as the header said; kept on delete"
+    )
+    group = models.ForeignKey(
+        FailureGroup, on_delete=models.PROTECT, related_name="dead_letters", db_index=False
+    )
+    # DLQ coordinates
+    dlq_topic = models.CharField(max_length=249)
+    dlq_partition = models.IntegerField()
+    dlq_offset = models.BigIntegerField()
+    dlq_timestamp = models.DateTimeField(null=True, blank=True)
+    # source coordinates (None when the writer did not say)
+    source_topic = models.CharField(max_length=249, blank=True)
+    source_partition = models.IntegerField(null=True, blank=True)
+    source_offset = models.BigIntegerField(null=True, blank=True)
+    # the record
+    key = models.BinaryField(null=True, blank=True)
+    value = models.BinaryField(null=True, blank=True)
+    headers = models.JSONField(default=list)
+    value_size = models.PositiveIntegerField(default=0)
+    key_text = models.CharField(max_length=200, blank=True, db_index=True, help_text="searchable key prefix")
+    # the failure
+    convention = models.CharField(max_length=16)
+    error_type = models.CharField(max_length=128)
+    error_message = models.TextField(blank=True)
+    destination = models.CharField(max_length=128, blank=True)
+    revision = models.PositiveIntegerField(
+        null=True, blank=True, help_text="pipeline revision that failed it"
+    )
+    attempts = models.PositiveIntegerField(default=1)
+    first_failed_at = models.DateTimeField()
+    last_failed_at = models.DateTimeField()
+    replay_of = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="later_failures"
+    )
+    # the console's work
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PARKED)
+    status_changed_at = models.DateTimeField(null=True, blank=True)
+    ingested_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["dlq_topic", "dlq_partition", "dlq_offset"], name="one_row_per_dlq_record"
+            )
+        ]
+        # The list is keyset-paginated on id (newest first), filtered by team and usually status and one
+        # more field: each index ends in id so the filter and the order are served together.
+        indexes = [
+            models.Index(fields=["team", "status", "id"], name="dl_team_status_id"),
+            models.Index(fields=["pipeline", "status", "id"], name="dl_pipeline_status_id"),
+            models.Index(fields=["group", "status", "id"], name="dl_group_status_id"),
+            models.Index(fields=["error_type", "status", "id"], name="dl_type_status_id"),
+            models.Index(fields=["pipeline_name", "status", "id"], name="dl_pname_status_id"),
+            models.Index(fields=["last_failed_at", "id"], name="dl_failed_at_id"),
+            models.Index(fields=["status", "status_changed_at"], name="dl_status_changed"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.dlq_topic}/{self.dlq_partition}/{self.dlq_offset}"
+
+    @property
+    def coordinates(self) -> str:
+        """``topic/partition/offset`` of the DLQ record (what ``x-streamforge-replay-of`` carries)."""
+        return f"{self.dlq_topic}/{self.dlq_partition}/{self.dlq_offset}"
+
+
+class PayloadRevision(models.Model):
+    """A fixed payload for a dead letter, numbered from 1 (the original value is revision 0, kept on the
+    dead letter). ``dsl_check`` is what the pipeline's DSL says of the new payload: ``{"would_pass": bool,
+    "destinations": [{"destination", "outcome", "error_type", "error_message"}...]}`` or ``{}`` when there
+    is no pipeline to check against."""
+
+    dead_letter = models.ForeignKey(DeadLetter, on_delete=models.CASCADE, related_name="payload_revisions")
+    number = models.PositiveIntegerField()
+    value = models.BinaryField()
+    diff = models.TextField(blank=True)
+    reason = models.TextField()
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    dsl_check = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["dead_letter", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["dead_letter", "number"], name="one_payload_revision_number")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.dead_letter} payload r{self.number}"
+
+
+class ReplayState(models.TextChoices):
+    """PENDING: claimed, being produced. PRODUCED: the broker acknowledged it. FAILED: the produce failed
+    (the dead letter went back to PARKED). FAILED_AGAIN: the replayed record came back to a DLQ."""
+
+    PENDING = "pending", "Pending"
+    PRODUCED = "produced", "Produced"
+    FAILED = "failed", "Failed"
+    FAILED_AGAIN = "failed_again", "Failed again"
+
+
+class Replay(models.Model):
+    """One attempt to send a dead letter back to a topic. ``replay_id`` goes out in the
+    ``x-streamforge-replay-id`` header, which is how a record that fails again is linked back here and how
+    an attempt whose outcome is in doubt after a crash is found on the target topic."""
+
+    replay_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    dead_letter = models.ForeignKey(DeadLetter, on_delete=models.CASCADE, related_name="replays")
+    payload_revision = models.ForeignKey(
+        PayloadRevision, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    bulk = models.ForeignKey("BulkAction", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    target_topic = models.CharField(max_length=249)
+    state = models.CharField(max_length=16, choices=ReplayState.choices, default=ReplayState.PENDING)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    requested_at = models.DateTimeField(auto_now_add=True)
+    idempotency_key = models.CharField(max_length=128, blank=True)
+    produced_partition = models.IntegerField(null=True, blank=True)
+    produced_offset = models.BigIntegerField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-requested_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["dead_letter", "idempotency_key"],
+                condition=~models.Q(idempotency_key=""),
+                name="one_replay_per_idempotency_key",
+            )
+        ]
+        indexes = [models.Index(fields=["state", "requested_at"], name="replay_state_time")]
+
+    def __str__(self) -> str:
+        return f"replay {self.replay_id} of {self.dead_letter}"
+
+
+class ApprovalKind(models.TextChoices):
+    """What an approval request asks for."""
+
+    DELETE = "delete", "Delete a dead letter"
+    BULK = "bulk", "Run a large bulk action"
+
+
+class ApprovalState(models.TextChoices):
+    """PENDING until a different approver decides; CANCELLED when the request's target went away."""
+
+    PENDING = "pending", "Pending"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class ApprovalRequest(models.Model):
+    """A second person's consent for a destructive or large action (four-eyes): whoever approves must hold
+    the approver role in the target's team and must not be the requester."""
+
+    kind = models.CharField(max_length=16, choices=ApprovalKind.choices)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="+")
+    dead_letter = models.ForeignKey(
+        DeadLetter, on_delete=models.CASCADE, null=True, blank=True, related_name="approvals"
+    )
+    bulk = models.ForeignKey(
+        "BulkAction", on_delete=models.CASCADE, null=True, blank=True, related_name="approvals"
+    )
+    state = models.CharField(max_length=16, choices=ApprovalState.choices, default=ApprovalState.PENDING)
+    reason = models.TextField()
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    requested_at = models.DateTimeField(auto_now_add=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-requested_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["dead_letter"],
+                condition=models.Q(state="pending", kind="delete"),
+                name="one_pending_delete_per_dead_letter",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} request #{self.pk} ({self.state})"
+
+
+class BulkKind(models.TextChoices):
+    """A bulk action replays or skips every parked message its filter selects."""
+
+    REPLAY = "replay", "Replay"
+    SKIP = "skip", "Skip"
+
+
+class BulkState(models.TextChoices):
+    """AWAITING_APPROVAL -> QUEUED -> RUNNING -> COMPLETED, with PAUSED (resumable) and CANCELLED / REJECTED
+    / FAILED as ends. A RUNNING action whose worker stopped beating is resumed by the beat."""
+
+    AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    PAUSED = "paused", "Paused"
+    COMPLETED = "completed", "Completed"
+    CANCELLED = "cancelled", "Cancelled"
+    REJECTED = "rejected", "Rejected"
+    FAILED = "failed", "Failed"
+
+
+BULK_ACTIVE_STATES = (BulkState.QUEUED, BulkState.RUNNING)
+
+
+class BulkAction(models.Model):
+    """Replay or skip every parked dead letter matching ``filters`` (``dlq.filters.MessageFilter`` JSON),
+    frozen at creation to ids up to ``max_id``: messages parked later are not swept in.
+
+    Progress is ``processed`` of ``total``; ``cursor`` is the last dead letter id handled, so a resumed run
+    continues after it and each message is claimed (PARKED -> REPLAYING / SKIPPED) exactly once.
+    ``rate_limit`` is messages per second (0: as fast as the broker takes them).
+    """
+
+    kind = models.CharField(max_length=16, choices=BulkKind.choices)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="+", null=True, blank=True)
+    filters = models.JSONField(default=dict)
+    max_id = models.BigIntegerField()
+    target_topic = models.CharField(
+        max_length=249, blank=True, help_text="replay: blank means the source topic"
+    )
+    reason = models.TextField()
+    rate_limit = models.PositiveIntegerField(default=100)
+    state = models.CharField(max_length=24, choices=BulkState.choices)
+    total = models.PositiveIntegerField(default=0)
+    processed = models.PositiveIntegerField(default=0)
+    succeeded = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    cursor = models.BigIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    worker = models.CharField(max_length=200, blank=True, help_text="host:pid of the worker running it")
+    runs = models.PositiveIntegerField(default=0, help_text="how many times a worker started or resumed it")
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"bulk {self.kind} #{self.pk} ({self.state} {self.processed}/{self.total})"
+
+    def progress(self) -> dict[str, Any]:
+        """Counts and fraction done (0..1) for progress bars and the API."""
+        return {
+            "total": self.total,
+            "processed": self.processed,
+            "succeeded": self.succeeded,
+            "failed": self.failed,
+            "fraction": (self.processed / self.total) if self.total else 1.0,
+        }
+
+
+class RunbookAction(models.TextChoices):
+    """Actions a runbook may offer from its page."""
+
+    FIX = "fix", "Fix the payload"
+    REPLAY = "replay", "Replay"
+    SKIP = "skip", "Skip"
+    REQUEST_DELETE = "request_delete", "Request delete"
+    BULK_REPLAY = "bulk_replay", "Bulk replay"
+    BULK_SKIP = "bulk_skip", "Bulk skip"
+
+
+class Runbook(models.Model):
+    """What to do about a failure: markdown text and the actions an on-call engineer may run from it.
+    Attached to one failure group, or to an error type (every group of that type in the team)."""
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="runbooks")
+    title = models.CharField(max_length=200)
+    body = models.TextField(help_text="markdown")
+    group = models.ForeignKey(
+        FailureGroup, on_delete=models.CASCADE, null=True, blank=True, related_name="runbooks"
+    )
+    error_type = models.CharField(max_length=128, blank=True)
+    actions = models.JSONField(default=list, help_text="RunbookAction values")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["title"]
+
+    def __str__(self) -> str:
+        return self.title

@@ -1,0 +1,33 @@
+"""Celery tasks of the DLQ console: bulk actions and the housekeeping the beat runs. Thin: each calls
+``dlq.services``. A bulk task whose worker dies is redelivered (acks_late) and, failing that, resumed by
+``resume_stale_bulks`` once its heartbeat is stale; the claim in ``services.run_bulk`` makes both safe."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from dlq import services
+
+
+@shared_task(name="dlq.run_bulk", acks_late=True)
+def run_bulk(bulk_id: int) -> dict[str, Any]:
+    """Run (or take over) one bulk action until it completes, is paused or cancelled."""
+    bulk = services.run_bulk(bulk_id=bulk_id)
+    return {"id": bulk.pk, "state": bulk.state, **bulk.progress()}
+
+
+@shared_task(name="dlq.resume_stale_bulks")
+def resume_stale_bulks() -> list[int]:
+    """Queue again every RUNNING bulk action whose worker stopped beating."""
+    ids = services.stale_bulk_ids()
+    for bulk_id in ids:
+        run_bulk.delay(bulk_id)
+    return ids
+
+
+@shared_task(name="dlq.resolve_in_doubt")
+def resolve_in_doubt() -> dict[str, int]:
+    """Settle single replays left PENDING by a crashed web or worker process."""
+    return services.resolve_in_doubt()
