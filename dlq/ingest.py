@@ -14,6 +14,7 @@ import base64
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from collections import Counter, defaultdict
@@ -351,6 +352,7 @@ class Ingester:
         *,
         bootstrap_servers: str | None = None,
         group_id: str = DEFAULT_GROUP_ID,
+        instance_id: str | None = None,
         batch_size: int = 500,
         poll_timeout: float = 1.0,
         refresh_seconds: float = 10.0,
@@ -358,6 +360,7 @@ class Ingester:
     ) -> None:
         self.bootstrap_servers = bootstrap_servers or settings.KAFKA_BOOTSTRAP_SERVERS
         self.group_id = group_id
+        self.instance_id = instance_id if instance_id is not None else f"dlq-ingest-{socket.gethostname()}"
         self.batch_size = batch_size
         self.poll_timeout = poll_timeout
         self.refresh_seconds = refresh_seconds
@@ -379,6 +382,10 @@ class Ingester:
                 "auto.offset.reset": "earliest",
                 "isolation.level": "read_committed",  # an aborted effectively-once batch is not a failure
                 "client.id": f"dlq-ingest-{os.getpid()}",
+                # Static membership: an ingester restarted after a crash gets its partitions back at once
+                # instead of waiting for the dead member's session to time out and a rebalance.
+                **({"group.instance.id": self.instance_id} if self.instance_id else {}),
+                "session.timeout.ms": 15_000,
             }
         )
 
@@ -422,6 +429,10 @@ class Ingester:
         if self.on_batch is not None:
             self.on_batch(result)
         return result
+
+    def assigned(self) -> bool:
+        """Whether the consumer currently owns partitions (it has joined the group)."""
+        return self._consumer is not None and bool(self._consumer.assignment())
 
     def run(self) -> None:
         """Loop until ``stop`` is set (SIGTERM/SIGINT set it when run from the management command)."""

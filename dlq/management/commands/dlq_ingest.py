@@ -22,6 +22,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--group-id", default=DEFAULT_GROUP_ID, help="Kafka consumer group")
+        parser.add_argument(
+            "--instance-id",
+            default=None,
+            help="static group member id (default dlq-ingest-<host>); give each ingester on a host its own",
+        )
         parser.add_argument("--batch-size", type=int, default=500, help="records per poll (at most)")
         parser.add_argument(
             "--refresh", type=float, default=10.0, help="seconds between topic list refreshes"
@@ -30,7 +35,7 @@ class Command(BaseCommand):
             "--until-idle",
             type=float,
             default=0.0,
-            help="stop after this many seconds without a new record (for scripts; 0: run until stopped)",
+            help="stop after this many seconds with partitions but no new record (for scripts; 0: run until stopped)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -47,6 +52,7 @@ class Command(BaseCommand):
 
         ingester = Ingester(
             group_id=options["group_id"],
+            instance_id=options["instance_id"],
             batch_size=options["batch_size"],
             refresh_seconds=options["refresh"],
             on_batch=on_batch,
@@ -58,7 +64,9 @@ class Command(BaseCommand):
         try:
             while not ingester.stop.is_set():
                 ingester.run_once()
-                if idle and time.monotonic() - last_new > idle:
+                if not ingester.assigned():
+                    last_new = time.monotonic()  # idle time counts only once the group gave us partitions
+                elif idle and time.monotonic() - last_new > idle:
                     break
         finally:
             ingester.stop.set()

@@ -1,0 +1,186 @@
+"""Replays on the real broker: what a replayed record carries, exactly one record for twenty concurrent
+requests, idempotency keys, and in-doubt replays settled from the target topic after a crash."""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from django.db import connection
+
+from dlq import services
+from dlq.ingest import Record, TopicOwner, store_batch
+from dlq.models import DeadLetter, Replay, ReplayState, Status
+from pipelines.spark import contract as c
+from tests.dlq.conftest import api_for, missing_size_push
+from tests.pipelines.spark.harness import consume_all
+
+pytestmark = [pytest.mark.kafka]
+
+
+@pytest.fixture
+def source_topic(pipeline, kafka_admin, make_topic):
+    """The pipeline's source topic, created on the broker (replays go there)."""
+    from confluent_kafka.admin import NewTopic
+
+    name = pipeline.current_revision.spec["source"]["topics"][0]
+    kafka_admin.create_topics([NewTopic(name, 1, 1)])[name].result(timeout=30)
+    yield name
+    kafka_admin.delete_topics([name])[name].result(timeout=30)
+
+
+@pytest.mark.django_db
+def test_a_replay_sends_the_fixed_payload_with_the_original_key_and_headers(
+    people, pipeline, park, github_events, source_topic, kafka_bootstrap
+):
+    [dead] = park(
+        pipeline,
+        [(b"repo-1", missing_size_push(github_events), "JsonPathNotFound", "path /payload/size not found")],
+    )
+    api = api_for(people["operator"])
+    event = json.loads(bytes(dead.value))
+    event["payload"]["size"] = 2
+    assert (
+        api.post(
+            f"/api/dlq/messages/{dead.pk}/fix/",
+            {"value": event, "reason": "size from commits"},
+            format="json",
+        ).status_code
+        == 201
+    )
+    answer = api.post(f"/api/dlq/messages/{dead.pk}/replay/", {}, format="json")
+    assert answer.status_code == 201, answer.json()
+    body = answer.json()
+    assert body["state"] == "produced"
+    [record] = consume_all(kafka_bootstrap, source_topic)
+    assert (record.partition, record.offset) == (body["partition"], body["offset"])
+    assert record.key == b"repo-1"
+    assert json.loads(record.value) == event
+    assert record.header("trace-id") == "t-1"
+    assert record.header(c.H_ERROR_TYPE) is None  # the failure context stays behind
+    assert record.header(c.H_REPLAY_ID) == body["replay_id"]
+    assert record.header(c.H_REPLAY_OF) == dead.coordinates
+    assert record.header(c.H_REPLAYED_BY) == "olga"
+    assert DeadLetter.objects.get(pk=dead.pk).status == Status.REPLAYED
+    again = api.post(f"/api/dlq/messages/{dead.pk}/replay/", {}, format="json")
+    assert again.status_code == 409
+
+
+@pytest.mark.django_db(transaction=True)
+def test_twenty_concurrent_replay_requests_produce_one_record(
+    people, pipeline, park, github_events, source_topic, kafka_bootstrap
+):
+    [dead] = park(pipeline, [(b"k", github_events[0], "RetryExhausted", "broker timed out")])
+    clients = [api_for(people["operator"]) for _ in range(20)]
+    barrier = threading.Barrier(20)
+
+    def click(client):
+        barrier.wait()
+        try:
+            return client.post(f"/api/dlq/messages/{dead.pk}/replay/", {}, format="json").status_code
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(20) as pool:
+        codes = list(pool.map(click, clients))
+    assert sorted(codes) == [201] + [409] * 19
+    records = consume_all(kafka_bootstrap, source_topic)
+    assert len(records) == 1
+    assert Replay.objects.filter(dead_letter=dead).count() == 1
+
+
+@pytest.mark.django_db
+def test_a_retried_request_with_the_same_idempotency_key_gets_the_first_replay(
+    people, pipeline, park, github_events, source_topic, kafka_bootstrap
+):
+    [dead] = park(pipeline, [(b"k", github_events[0], "RetryExhausted", "broker timed out")])
+    api = api_for(people["operator"])
+    first = api.post(
+        f"/api/dlq/messages/{dead.pk}/replay/", {}, format="json", HTTP_IDEMPOTENCY_KEY="click-1"
+    )
+    second = api.post(
+        f"/api/dlq/messages/{dead.pk}/replay/", {}, format="json", HTTP_IDEMPOTENCY_KEY="click-1"
+    )
+    assert (first.status_code, second.status_code) == (201, 201)
+    assert first.json()["replay_id"] == second.json()["replay_id"]
+    assert len(consume_all(kafka_bootstrap, source_topic)) == 1
+
+
+@pytest.mark.django_db
+def test_operators_replay_only_to_the_pipelines_topics(people, pipeline, park, github_events):
+    [dead] = park(pipeline, [(b"k", github_events[0], "RetryExhausted", "broker timed out")])
+    elsewhere = api_for(people["operator"]).post(
+        f"/api/dlq/messages/{dead.pk}/replay/", {"target_topic": "payments"}, format="json"
+    )
+    assert elsewhere.status_code == 400
+    assert "other topics need an admin" in elsewhere.json()["target_topic"][0]
+    into_dlq = api_for(people["admin"]).post(
+        f"/api/dlq/messages/{dead.pk}/replay/", {"target_topic": dead.dlq_topic}, format="json"
+    )
+    assert into_dlq.status_code == 400
+
+
+@pytest.mark.django_db
+def test_replays_left_in_doubt_by_a_crash_are_settled_from_the_target_topic(
+    people, pipeline, park, github_events, source_topic, kafka_bootstrap
+):
+    landed, lost = park(
+        pipeline,
+        [
+            (b"a", github_events[0], "RetryExhausted", "timeout"),
+            (b"b", github_events[1], "RetryExhausted", "timeout"),
+        ],
+    )
+    operator = people["operator"]
+    claims = []
+    for row in (landed, lost):  # step 1 of the replay protocol, then the process "dies"
+        DeadLetter.objects.filter(pk=row.pk).update(status=Status.REPLAYING)
+        claims.append(
+            Replay.objects.create(dead_letter=row, target_topic=source_topic, requested_by=operator)
+        )
+    out = services._replay_record(landed, claims[0], bytes(landed.value), "olga")
+    services._produce([out])  # the first one reached the broker before the crash, the second did not
+    assert out.error == ""
+    assert services.resolve_in_doubt(older_than_seconds=0) == {"produced": 1, "failed": 1}
+    claims[0].refresh_from_db()
+    claims[1].refresh_from_db()
+    assert (claims[0].state, claims[0].produced_offset) == (ReplayState.PRODUCED, out.offset)
+    assert claims[1].state == ReplayState.FAILED
+    assert DeadLetter.objects.get(pk=landed.pk).status == Status.REPLAYED
+    assert DeadLetter.objects.get(pk=lost.pk).status == Status.PARKED  # nothing landed: safe to replay again
+
+
+@pytest.mark.django_db
+def test_a_replayed_record_that_fails_again_is_linked_to_its_earlier_failure(
+    people, pipeline, park, github_events
+):
+    [first] = park(pipeline, [(b"k", github_events[0], "JsonPathNotFound", "path /payload/size not found")])
+    attempt = Replay.objects.create(
+        dead_letter=first, target_topic="t", requested_by=people["operator"], state=ReplayState.PRODUCED
+    )
+    topic = pipeline.current_revision.spec["dlq"]["topic"]
+    headers = [
+        (name, bytes(value) if value else None) for name, value in services.decode_headers(first.headers)
+    ]
+    headers += [(c.H_REPLAY_ID, str(attempt.replay_id).encode()), (c.H_REPLAY_OF, first.coordinates.encode())]
+    result = store_batch(
+        [
+            Record(
+                topic=topic,
+                partition=0,
+                offset=999_999,
+                key=b"k",
+                value=bytes(first.value),
+                headers=headers,
+                timestamp_ms=None,
+            )
+        ],
+        {topic: TopicOwner(pipeline.team_id, pipeline.pk, pipeline.name)},
+    )
+    second = DeadLetter.objects.get(pk=result.new_ids[0])
+    assert second.replay_of_id == first.pk
+    attempt.refresh_from_db()
+    assert attempt.state == ReplayState.FAILED_AGAIN
+    assert services.inspect(user=people["viewer"], dead_letter=first)["later_failures"] == [second.pk]
