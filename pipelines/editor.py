@@ -23,7 +23,16 @@ JSON_FIELD = "spec_json"
 DslKind = Literal["filter", "transform", "key_transform", "header_transform", "timestamp"]
 Widget = Literal["text", "number", "select", "checkbox", "textarea", "dsl", "pairs"]
 
-DESTINATION_KEYS = ("name", "topic", "filter", "transform", "key_transform", "headers", "header_transforms", "timestamp")
+DESTINATION_KEYS = (
+    "name",
+    "topic",
+    "filter",
+    "transform",
+    "key_transform",
+    "headers",
+    "header_transforms",
+    "timestamp",
+)
 
 
 @dataclass
@@ -38,6 +47,7 @@ class EditorField:
     help: str = ""
     choices: tuple[str, ...] = ()
     dsl_kind: DslKind | None = None
+    placeholder: str = ""
     errors: list[str] = field(default_factory=list)
 
 
@@ -54,7 +64,9 @@ def _source_and_policy_fields() -> list[EditorSection]:
         EditorSection(
             "Source",
             [
-                EditorField("source.topics", "Topics", "text", help="Kafka topics to read, separated by commas"),
+                EditorField(
+                    "source.topics", "Topics", "text", help="Kafka topics to read, separated by commas"
+                ),
                 EditorField(
                     "source.starting_offsets",
                     "Starting offsets",
@@ -68,7 +80,9 @@ def _source_and_policy_fields() -> list[EditorSection]:
                     "text",
                     help="blank: streamforge-<pipeline name>; offsets are committed here for lag tools",
                 ),
-                EditorField("source.max_record_bytes", "Largest record (bytes)", "number", help="default 1048576"),
+                EditorField(
+                    "source.max_record_bytes", "Largest record (bytes)", "number", placeholder="1048576"
+                ),
             ],
         ),
         EditorSection(
@@ -84,7 +98,10 @@ def _source_and_policy_fields() -> list[EditorSection]:
                     "small batches back to back (Kafka auto-commit is refused: it guarantees nothing)",
                 ),
                 EditorField(
-                    "delivery.commit_strategy.max_records", "Records per micro-batch", "number", help="blank: default"
+                    "delivery.commit_strategy.max_records",
+                    "Records per micro-batch",
+                    "number",
+                    placeholder="20000 (low_latency: 1000)",
                 ),
                 EditorField(
                     "delivery.commit_strategy.interval_ms",
@@ -97,20 +114,40 @@ def _source_and_policy_fields() -> list[EditorSection]:
         EditorSection(
             "Retries of transient produce failures",
             [
-                EditorField("retry.max_attempts", "Attempts", "number", help="then RetryExhausted to the DLQ"),
-                EditorField("retry.initial_delay_ms", "First delay (ms)", "number"),
-                EditorField("retry.max_delay_ms", "Largest delay (ms)", "number"),
-                EditorField("retry.multiplier", "Backoff multiplier", "number"),
-                EditorField("retry.jitter", "Jitter (fraction)", "number", help="0.2 spreads each delay by +/-20%"),
+                EditorField(
+                    "retry.max_attempts",
+                    "Attempts",
+                    "number",
+                    help="then RetryExhausted to the DLQ",
+                    placeholder="5",
+                ),
+                EditorField("retry.initial_delay_ms", "First delay (ms)", "number", placeholder="100"),
+                EditorField("retry.max_delay_ms", "Largest delay (ms)", "number", placeholder="10000"),
+                EditorField("retry.multiplier", "Backoff multiplier", "number", placeholder="2.0"),
+                EditorField(
+                    "retry.jitter",
+                    "Jitter (fraction)",
+                    "number",
+                    help="0.2 spreads each delay by +/-20%",
+                    placeholder="0.2",
+                ),
             ],
         ),
         EditorSection(
             "Dead-letter queue",
             [
                 EditorField("dlq.topic", "DLQ topic", "text", help="blank: <first source topic>.dlq"),
-                EditorField("dlq.include_original_headers", "Keep the original headers", "checkbox", value="1"),
+                EditorField(
+                    "dlq.include_original_headers", "Keep the original headers", "checkbox", value="1"
+                ),
                 EditorField("dlq.include_stack_trace", "Add a stack trace header", "checkbox"),
-                EditorField("dlq.max_dlq_retries", "DLQ write attempts", "number", help="then the pipeline halts"),
+                EditorField(
+                    "dlq.max_dlq_retries",
+                    "DLQ write attempts",
+                    "number",
+                    help="then the pipeline halts",
+                    placeholder="5",
+                ),
             ],
         ),
         EditorSection(
@@ -141,8 +178,12 @@ def destination_fields(index: int | str) -> list[EditorField]:
         EditorField(f"{p}.name", "Name", "text", help="1-63 lowercase letters, digits, '-' or '_'"),
         EditorField(f"{p}.topic", "Topic", "text"),
         EditorField(f"{p}.filter", "Filter", "dsl", dsl_kind="filter", help="blank: every record"),
-        EditorField(f"{p}.transform", "Transform", "dsl", dsl_kind="transform", help="blank: value unchanged"),
-        EditorField(f"{p}.key_transform", "Key", "dsl", dsl_kind="key_transform", help="blank: key unchanged"),
+        EditorField(
+            f"{p}.transform", "Transform", "dsl", dsl_kind="transform", help="blank: value unchanged"
+        ),
+        EditorField(
+            f"{p}.key_transform", "Key", "dsl", dsl_kind="key_transform", help="blank: key unchanged"
+        ),
         EditorField(f"{p}.headers", "Static headers", "pairs", help="one per line: name: value"),
         EditorField(
             f"{p}.header_transforms",
@@ -151,7 +192,7 @@ def destination_fields(index: int | str) -> list[EditorField]:
             dsl_kind="header_transform",
             help="one per line: name: FROM:/path | COPY:other | REMOVE",
         ),
-        EditorField(f"{p}.timestamp", "Timestamp", "dsl", dsl_kind="timestamp", help="blank: PRESERVE"),
+        EditorField(f"{p}.timestamp", "Timestamp", "dsl", dsl_kind="timestamp", placeholder="PRESERVE"),
     ]
 
 
@@ -213,14 +254,14 @@ def spec_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], FormErrors]
     errors = FormErrors()
     if data.get(MODE_FIELD) == "json":
         try:
-            spec = json.loads(data.get(JSON_FIELD) or "")
+            parsed = json.loads(data.get(JSON_FIELD) or "")
         except ValueError as exc:
             errors.add("spec", f"not valid JSON: {exc}")
             return {}, errors
-        if not isinstance(spec, dict):
+        if not isinstance(parsed, dict):
             errors.add("spec", "must be a JSON object")
             return {}, errors
-        return spec, errors
+        return parsed, errors
 
     spec: dict[str, Any] = {}
     for section in _source_and_policy_fields():
@@ -281,7 +322,9 @@ def _lookup(spec: Mapping[str, Any], path: str) -> Any:
     return value
 
 
-def _attach(fields: Iterable[EditorField], spec: Mapping[str, Any], errors: Mapping[str, list[str]], used: set[str]) -> None:
+def _attach(
+    fields: Iterable[EditorField], spec: Mapping[str, Any], errors: Mapping[str, list[str]], used: set[str]
+) -> None:
     for item in fields:
         value = _lookup(spec, item.name)
         if value is not None:  # else the field keeps its preset, the spec's default (a checked box)

@@ -156,7 +156,9 @@ def destination_views(spec: dict[str, Any]) -> list[DestinationView]:
                 topic=d["topic"],
                 filter=dsl_outline("filter", d["filter"]) if d.get("filter") else None,
                 transform=dsl_outline("transform", d["transform"]) if d.get("transform") else None,
-                key_transform=dsl_outline("key_transform", d["key_transform"]) if d.get("key_transform") else None,
+                key_transform=dsl_outline("key_transform", d["key_transform"])
+                if d.get("key_transform")
+                else None,
                 headers=dict(d.get("headers") or {}),
                 header_transforms=[
                     (name, dsl_outline("header_transform", expr))

@@ -225,19 +225,29 @@ def pipeline_editor(request: HttpRequest, name: str | None = None) -> HttpRespon
         return render(
             request,
             "pipelines/editor.html",
-            _editor_context(meta=meta, draft=draft, errors=errors, pipeline=pipeline, mode=switch_to, user=user),
+            _editor_context(
+                meta=meta, draft=draft, errors=errors, pipeline=pipeline, mode=switch_to, user=user
+            ),
         )
     if meta.is_valid() and not errors:
         data = meta.cleaned_data
         try:
             if pipeline is None:
                 pipeline = create_pipeline(
-                    actor=user, name=data["name"], team=data["team"], spec=draft, description=data["description"]
+                    actor=user,
+                    name=data["name"],
+                    team=data["team"],
+                    spec=draft,
+                    description=data["description"],
                 )
                 messages.success(request, f"Pipeline {pipeline.name} created (revision 1).")
             else:
                 revision = revise_pipeline(
-                    actor=user, pipeline=pipeline, spec=draft, comment=data["comment"], description=data["description"]
+                    actor=user,
+                    pipeline=pipeline,
+                    spec=draft,
+                    comment=data["comment"],
+                    description=data["description"],
                 )
                 messages.success(request, f"Saved as revision {revision.number}; a restart runs it.")
             return redirect("pipeline-detail", name=pipeline.name)
@@ -280,7 +290,9 @@ def draft_dry_run(request: HttpRequest) -> JsonResponse:
     if not raw_messages:
         return JsonResponse({"errors": {"messages": ["paste at least one message"]}}, status=400)
     if len(raw_messages) > MAX_DRY_RUN_MESSAGES:
-        return JsonResponse({"errors": {"messages": [f"at most {MAX_DRY_RUN_MESSAGES} messages"]}}, status=400)
+        return JsonResponse(
+            {"errors": {"messages": [f"at most {MAX_DRY_RUN_MESSAGES} messages"]}}, status=400
+        )
     try:
         samples = [sample_message(raw, index=i) for i, raw in enumerate(raw_messages)]
     except SampleError as exc:

@@ -127,3 +127,15 @@ def spark_session():
     )
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(request, django_db_modify_db_settings_parallel_suffix) -> None:
+    """A test database in a FILE (not SQLite's in-memory default) when this run includes browser tests,
+    so the ASGI server they start in another process serves the very rows the test writes."""
+    if not any(item.get_closest_marker("browser") for item in request.session.items):
+        return
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        Path(settings.STATE_DIR).mkdir(parents=True, exist_ok=True)
+        database.setdefault("TEST", {})["NAME"] = str(Path(settings.STATE_DIR) / "test-browser.sqlite3")

@@ -188,5 +188,7 @@ class MetricsSerializer(serializers.Serializer[dict[str, Any]]):
     totals = serializers.DictField(child=serializers.IntegerField())
     last_batch = serializers.DictField(allow_null=True)
     alerts = serializers.ListField(child=serializers.DictField())
-    bucket_seconds = serializers.IntegerField(required=False, help_text="width of each series point (with range)")
+    bucket_seconds = serializers.IntegerField(
+        required=False, help_text="width of each series point (with range)"
+    )
     series = serializers.ListField(child=serializers.DictField(), required=False)

@@ -135,7 +135,13 @@ class ValidateView(APIView):
             node = _PARSERS[kind](expr)
         except dsl.DslParseError as exc:
             return Response(
-                {"kind": kind, "ok": False, "error_type": exc.error_type, "position": exc.position, "message": exc.message}
+                {
+                    "kind": kind,
+                    "ok": False,
+                    "error_type": exc.error_type,
+                    "position": exc.position,
+                    "message": exc.message,
+                }
             )
         return Response({"kind": kind, "ok": True, "normalized": node.render()})
 

@@ -164,8 +164,10 @@
         const tr = el("tr", "outcome-" + d.outcome);
         tr.dataset.outcome = d.outcome;
         tr.appendChild(el("td", "", i === 0 ? String(message.index + 1) : ""));
-        tr.appendChild(el("td", "", d.destination + " → " + d.topic));
-        tr.appendChild(el("td", "", d.outcome.replace("_", "-")));
+        const where = el("td", "", d.destination);
+        where.title = "topic " + d.topic;
+        tr.appendChild(where);
+        tr.appendChild(el("td", "nowrap", d.outcome.replace("_", "-")));
         const detail = el("td", "mono small");
         if (d.outcome === "produced") {
           detail.textContent = (d.key !== null ? "key " + d.key + " · " : "") + d.value;

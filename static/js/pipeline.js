@@ -52,7 +52,7 @@
     return new Chart(document.getElementById(id), {
       type: "line",
       data: { datasets: datasets.map(function (d) {
-        return { label: d.label, data: [], borderColor: d.color, backgroundColor: d.color + "33", pointRadius: 0, borderWidth: 1.5, tension: 0.2, fill: d.fill || false };
+        return { label: d.label, data: [], borderColor: d.color, backgroundColor: d.color + "33", pointRadius: 2, pointHoverRadius: 4, borderWidth: 1.5, tension: 0.2, fill: d.fill || false };
       }) },
       options: {
         parsing: false, responsive: true, maintainAspectRatio: false,
@@ -158,7 +158,8 @@
 
   function showLastBatch(batch) {
     if (!batch) return;
-    setStat("last_batch", "#" + batch.batch_id + " · " + fmt(batch.consumed) + " records · " + fmt(batch.duration_ms) + " ms · " + timeTick(batch.time_ms));
+    setStat("last_batch", "#" + batch.batch_id + " · " + fmt(batch.consumed) + " rec · " + fmt(batch.duration_ms) + " ms");
+    document.querySelector('[data-stat="last_batch"]').title = "at " + timeTick(batch.time_ms) + " UTC";
   }
 
   function showState(state, desired, reason) {

@@ -69,7 +69,8 @@ def test_an_anonymous_visitor_is_sent_to_log_in(client, pipeline, path):
 
 def test_an_anonymous_post_of_an_action_changes_nothing(client, pipeline):
     response = client.post("/pipelines/github/start/")
-    assert response.status_code == 302 and response["Location"].startswith("/login/")
+    assert response.status_code == 302
+    assert response["Location"].startswith("/login/")
     assert Pipeline.objects.get(name="github").desired_state == DesiredState.STOPPED
 
 
@@ -123,13 +124,15 @@ def test_an_action_without_a_csrf_token_is_refused(operator, pipeline):
 
 def test_an_operator_sees_start_stop_restart_but_not_edit(operator, pipeline):
     detail = logged_in(operator).get("/pipelines/github/").content.decode()
-    assert 'data-testid="action-start"' in detail and 'data-testid="action-stop"' in detail
+    assert 'data-testid="action-start"' in detail
+    assert 'data-testid="action-stop"' in detail
     assert 'data-testid="action-edit"' not in detail
 
 
 def test_an_operators_start_records_the_desired_state_and_an_audit_event(operator, pipeline):
     response = logged_in(operator).post("/pipelines/github/start/", {"reason": "incident 42 fixed"})
-    assert response.status_code == 302 and response["Location"] == "/pipelines/github/"
+    assert response.status_code == 302
+    assert response["Location"] == "/pipelines/github/"
     assert Pipeline.objects.get(name="github").desired_state == DesiredState.RUNNING
     event = AuditEvent.objects.get(action="pipeline.start", target_id="github")
     assert (event.actor_name, event.reason) == ("oti", "incident 42 fixed")
@@ -160,9 +163,12 @@ def test_the_pipeline_page_shows_the_revision_readably_and_its_history(admin_use
     revise_pipeline(actor=admin_user, pipeline=pipeline, spec=spec, comment="only public pushes")
     body = logged_in(admin_user).get("/pipelines/github/").content.decode()
     assert "Revision 2" in body
-    assert "all of:" in body and "not:" in body and "/public,==,false" in body
+    assert "all of:" in body
+    assert "not:" in body
+    assert "/public,==,false" in body
     assert "only public pushes" in body
-    assert 'class="diff-add"' in body and "NOT:/public,==,false" in body
+    assert 'class="diff-add"' in body
+    assert "NOT:/public,==,false" in body
 
 
 def test_a_runs_exit_reason_and_log_tail_are_shown(admin_user, pipeline):
@@ -179,7 +185,8 @@ def test_a_runs_exit_reason_and_log_tail_are_shown(admin_user, pipeline):
         log_tail="INFO batch 7 committed\nERROR DeadLetterQueue: not writable",
     )
     body = logged_in(admin_user).get("/pipelines/github/").content.decode()
-    assert "DeadLetterQueue" in body and "is not writable" in body
+    assert "DeadLetterQueue" in body
+    assert "is not writable" in body
     assert "ERROR DeadLetterQueue: not writable" in body
 
 
@@ -223,7 +230,8 @@ def test_the_overview_figures_come_from_the_stored_progress(admin_user, pipeline
     }
     assert row.alerts == [{"rule": "DLQBacklog", "severity": "warning", "summary": "42 dead letters"}]
     body = logged_in(admin_user).get("/").content.decode()
-    assert "github.events/1: 70" in body and "DLQBacklog" in body
+    assert "github.events/1: 70" in body
+    assert "DLQBacklog" in body
 
 
 # ------------------------------------------------------------------------------------------ editor
@@ -270,7 +278,8 @@ def test_the_form_round_trips_every_spec_field():
 def test_an_admin_creates_a_pipeline_from_the_form(admin_user, team):
     data = form_post(github_spec(), name="from-form", team=team.name, description="made in the UI")
     response = logged_in(admin_user).post("/pipelines/new/", data)
-    assert response.status_code == 302 and response["Location"] == "/pipelines/from-form/"
+    assert response.status_code == 302
+    assert response["Location"] == "/pipelines/from-form/"
     created = Pipeline.objects.get(name="from-form")
     assert created.current_revision.spec == parse_spec(github_spec(), pipeline_name="from-form").to_json()
     assert AuditEvent.objects.filter(action="pipeline.create", target_id="from-form").exists()
@@ -296,7 +305,8 @@ def test_spec_errors_are_shown_beside_their_fields(admin_user, pipeline):
     layout = response.context["layout"]
     by_name = {f.name: f.errors for d in layout.destinations for f in d}
     by_name.update({f.name: f.errors for s in layout.sections for f in s.fields})
-    assert by_name["destinations.1.filter"] and by_name["destinations.1.filter"][0].startswith("DslParse at 6")
+    assert by_name["destinations.1.filter"]
+    assert by_name["destinations.1.filter"][0].startswith("DslParse at 6")
     assert by_name["retry.max_attempts"] == ["must be an integer"]
     assert Pipeline.objects.get(name="github").current_revision.number == 1
 
@@ -313,7 +323,8 @@ def test_switching_to_json_carries_the_draft_over_without_saving(admin_user, pip
     spec = github_spec()
     spec["destinations"][0]["topic"] = "drafted.topic"
     response = logged_in(admin_user).post("/pipelines/github/edit/", form_post(spec, switch_to="json"))
-    assert response.status_code == 200 and response.context["mode"] == "json"
+    assert response.status_code == 200
+    assert response.context["mode"] == "json"
     assert json.loads(response.context["layout"].spec_json)["destinations"][0]["topic"] == "drafted.topic"
     assert Pipeline.objects.get(name="github").current_revision.number == 1
 
@@ -321,7 +332,9 @@ def test_switching_to_json_carries_the_draft_over_without_saving(admin_user, pip
 def test_the_dsl_validator_reports_the_error_position(viewer):
     client = logged_in(viewer)
     bad = client.post(
-        "/api/dsl/validate/", {"kind": "filter", "expr": "/type,=~~,PushEvent"}, content_type="application/json"
+        "/api/dsl/validate/",
+        {"kind": "filter", "expr": "/type,=~~,PushEvent"},
+        content_type="application/json",
     ).json()
     assert (bad["ok"], bad["error_type"], bad["position"]) == (False, "DslParse", 6)
     good = client.post(
@@ -333,7 +346,9 @@ def test_the_dsl_validator_reports_the_error_position(viewer):
 def test_the_draft_dry_run_uses_the_unsaved_form(viewer, pipeline):
     spec = github_spec()
     spec["destinations"][0]["filter"] = "/type,==,WatchEvent"  # differs from the saved revision
-    messages = '{"type": "WatchEvent", "actor": {"login": "octo"}}\n{"type": "PushEvent", "actor": {}}\nnot json'
+    messages = (
+        '{"type": "WatchEvent", "actor": {"login": "octo"}}\n{"type": "PushEvent", "actor": {}}\nnot json'
+    )
     data = form_post(spec, name="github", messages=messages)
     response = logged_in(viewer).post("/pipelines/draft/dry-run/", data)
     assert response.status_code == 200, response.json()
@@ -376,4 +391,5 @@ def test_sampling_reads_the_newest_records_of_the_source_topic(admin_user, make_
     assert len(sampled) == 10
     assert any(m.get("value_base64") == "//4=" for m in sampled), "a non-UTF-8 value comes as base64"
     numbers = sorted(json.loads(m["value"])["n"] for m in sampled if "value" in m)
-    assert numbers and min(numbers) >= 20, "only the newest records of each partition"
+    assert numbers
+    assert min(numbers) >= 20, "only the newest records of each partition"
