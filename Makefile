@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 DEPS_STAMP := $(VENV)/.deps-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
 
-.PHONY: help venv system up down status demo test lint types check-deploy clean bench-pipeline
+.PHONY: help venv system up down status demo test lint types check-deploy clean bench-pipeline vendor
 
 help:
 	@echo "make demo   - start the whole stack (Kafka, Redis, web, worker, beat) and say what runs where"
@@ -62,6 +62,10 @@ test: venv system lint types check-deploy
 bench-pipeline: venv system
 	$(PY) -m devstack --profile test up kafka redis
 	@eval "$$($(PY) -m devstack --profile test env)"; $(PY) -m bench.pipeline_throughput $(BENCH_ARGS)
+
+# Re-fetch the vendored browser libraries (static/vendor/VERSIONS) from npm; the results are committed.
+vendor:
+	static/vendor/fetch.sh
 
 clean: down
 	rm -rf .stack

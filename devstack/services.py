@@ -301,7 +301,8 @@ def _kafka(profile: Profile) -> Service:
 
 
 # Debian packages the stack and the tests use, by the command each provides.
-SYSTEM_PACKAGES = {"redis-server": "redis-server", "kcat": "kcat"}
+# chromium: the real browser of the browser tests (Playwright drives it; its own browser download is not used).
+SYSTEM_PACKAGES = {"redis-server": "redis-server", "kcat": "kcat", "chromium": "chromium"}
 
 
 def ensure_system_packages(commands: dict[str, str] | None = None) -> list[str]:

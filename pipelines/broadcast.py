@@ -34,9 +34,30 @@ class PartitionLagUpdate(TypedDict):
     lag: int
 
 
+class WorstPartition(TypedDict):
+    """The source partition furthest behind: its topic, number and lag (records)."""
+
+    topic: str
+    partition: int
+    lag: int
+
+
+class LiveFigures(TypedDict):
+    """What the overview shows per pipeline, as of one moment: records consumed and produced per second over
+    the last ``progress.RATE_WINDOW_SECONDS``, the lag summed over every source partition the pipeline has
+    read (None before its first batch), the worst partition, and records dead-lettered since creation."""
+
+    consumed_per_second: float
+    produced_per_second: float
+    lag: int | None
+    worst_partition: WorstPartition | None
+    dead_lettered: int
+
+
 class ProgressUpdate(TypedDict):
-    """One micro-batch, compact: record counts of the batch, its duration (ms), the pipeline's total lag
-    and the per-partition lag it reported. ``time_ms`` is epoch milliseconds."""
+    """One micro-batch, compact: record counts of the batch, its duration (ms), the lag over the partitions
+    the batch read and their per-partition lag, dead-lettered records by error type, and the pipeline's
+    ``figures`` right after the batch (rates and lag over all partitions). ``time_ms`` is epoch milliseconds."""
 
     type: Literal["pipeline.progress"]
     pipeline: str
@@ -49,8 +70,11 @@ class ProgressUpdate(TypedDict):
     filtered: int
     dead_lettered: int
     retries: int
+    dlq_records: int
+    dead_lettered_by_type: dict[str, int]
     lag: int | None
     partitions: list[PartitionLagUpdate]
+    figures: LiveFigures
 
 
 class StatusUpdate(TypedDict):

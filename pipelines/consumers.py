@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -12,6 +14,12 @@ from pipelines.broadcast import ALL_PIPELINES_GROUP, pipeline_group
 from pipelines.models import Pipeline
 from streamforge_web.permissions import visible_teams
 
+log = logging.getLogger(__name__)
+
+#: A message for a pipeline this socket does not know re-reads the user's pipelines at most this often, so
+#: a pipeline created after the overview opened shows up, without a query per foreign message.
+VISIBILITY_REFRESH_SECONDS = 10.0
+
 
 def _visible_names(user: Any) -> set[str]:
     return set(Pipeline.objects.filter(team__in=visible_teams(user)).values_list("name", flat=True))
@@ -19,7 +27,9 @@ def _visible_names(user: Any) -> set[str]:
 
 class PipelineUpdatesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
     """Sends ``pipeline.progress``, ``pipeline.status`` and ``pipeline.alert`` messages as JSON to a
-    signed-in user, for the pipelines of their teams only. An unknown or foreign pipeline closes with 4404."""
+    signed-in user, for the pipelines of their teams only. An anonymous socket closes with 4401, an unknown or
+    foreign pipeline with 4404; when the channel layer (Redis) cannot be reached the socket closes with 1011
+    and the browser reconnects with backoff."""
 
     async def connect(self) -> None:
         """Join the list group or one pipeline's group after the visibility check."""
@@ -32,17 +42,35 @@ class PipelineUpdatesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if name is not None and name not in self.visible:
             await self.close(code=4404)
             return
-        self.group = pipeline_group(name) if name else ALL_PIPELINES_GROUP
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        self.visible_checked = time.monotonic()
+        group = pipeline_group(name) if name else ALL_PIPELINES_GROUP
+        try:
+            await self.channel_layer.group_add(group, self.channel_name)
+        except Exception as exc:  # Redis blipped: refuse this socket cleanly; the client retries
+            log.warning("websocket could not join %s: %s", group, exc)
+            await self.close(code=1011)
+            return
+        self.group = group
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
         """Leave the group joined on connect (if any)."""
         if hasattr(self, "group"):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            try:
+                await self.channel_layer.group_discard(self.group, self.channel_name)
+            except Exception as exc:  # the group membership expires by itself in the layer
+                log.warning("websocket could not leave %s: %s", self.group, exc)
 
     async def _forward(self, message: dict[str, Any]) -> None:
-        if message.get("pipeline") in self.visible:
+        name = message.get("pipeline")
+        if (
+            name not in self.visible
+            and self.group == ALL_PIPELINES_GROUP
+            and time.monotonic() - self.visible_checked > VISIBILITY_REFRESH_SECONDS
+        ):
+            self.visible = await database_sync_to_async(_visible_names)(self.scope["user"])
+            self.visible_checked = time.monotonic()
+        if name in self.visible:
             await self.send_json(message)
 
     async def pipeline_progress(self, message: dict[str, Any]) -> None:

@@ -266,3 +266,90 @@ def dry_run(
         ]
         for message in messages
     ]
+
+
+# ------------------------------------------------------------------------------------------ sampling
+
+
+class SampleUnavailable(Exception):
+    """The source topics could not be read (Kafka does not answer, or none of the topics exists)."""
+
+
+def sample_source_messages(
+    *, topics: Sequence[str], limit: int = 10, timeout: float = 5.0, bootstrap: str | None = None
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` of the newest records of ``topics``, as sample-message JSON for ``sample_message``
+    (``value`` as text when it is UTF-8, else ``value_base64``; ``key`` as text; ``headers``; ``timestamp``
+    in epoch ms), oldest first.
+
+    Reads with a throwaway consumer assigned to the last records of each partition, without a consumer
+    group commit, so no pipeline's offsets move. Raises SampleUnavailable when Kafka does not answer within
+    ``timeout`` seconds or no topic exists; missing topics among existing ones are skipped.
+    """
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from django.conf import settings
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap or settings.KAFKA_BOOTSTRAP_SERVERS,
+            "group.id": "streamforge-web-sampler",  # required by the client; never committed to
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        try:
+            metadata = consumer.list_topics(timeout=timeout)
+        except KafkaException as exc:
+            raise SampleUnavailable(f"Kafka did not answer: {exc}") from exc
+        partitions = [
+            TopicPartition(topic, partition)
+            for topic in topics
+            if topic in metadata.topics and metadata.topics[topic].error is None
+            for partition in sorted(metadata.topics[topic].partitions)
+        ]
+        if not partitions:
+            raise SampleUnavailable(f"none of the topics exists: {', '.join(topics) or '(none given)'}")
+        per_partition = max(1, -(-limit // len(partitions)))  # ceiling: every partition gets a share
+        assigned = []
+        for tp in partitions:
+            low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
+            if high > low:
+                assigned.append(TopicPartition(tp.topic, tp.partition, max(low, high - per_partition)))
+        if not assigned:
+            return []
+        consumer.assign(assigned)
+        records = []
+        remaining = len(assigned)
+        deadline = time.monotonic() + timeout
+        while remaining and time.monotonic() < deadline:
+            record = consumer.poll(0.2)
+            if record is None:
+                continue
+            if record.error() is not None:
+                remaining -= 1  # partition EOF: that partition's newest records are all read
+                continue
+            records.append(record)
+    finally:
+        consumer.close()
+    records.sort(key=lambda r: (r.timestamp()[1], r.topic(), r.partition(), r.offset()))
+    return [_sample_json(r) for r in records[-limit:]]
+
+
+def _sample_json(record: Any) -> dict[str, Any]:
+    value: bytes | None = record.value()
+    key: bytes | None = record.key()
+    sample: dict[str, Any] = {
+        "key": key.decode("utf-8", "backslashreplace") if key is not None else None,
+        "headers": {
+            name: (data.decode("utf-8", "backslashreplace") if data is not None else None)
+            for name, data in (record.headers() or [])
+        },
+        "timestamp": record.timestamp()[1] if record.timestamp()[1] >= 0 else None,
+        "source": f"{record.topic()}/{record.partition()}/{record.offset()}",
+    }
+    try:
+        sample["value"] = value.decode("utf-8") if value is not None else None
+    except UnicodeDecodeError:
+        sample["value_base64"] = base64.b64encode(value or b"").decode()
+    return sample

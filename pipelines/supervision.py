@@ -465,7 +465,7 @@ def _exit_report(run: PipelineRun, client: redis.Redis | None) -> dict[str, Any]
                 return dict(json.loads(raw))
         except redis.RedisError as exc:
             log.warning("could not read the exit report of %s: %s", run.run_id, exc)
-    for line in reversed(_log_tail(run.log_path).splitlines()):
+    for line in reversed(read_log_tail(run.log_path).splitlines()):
         if line.startswith(c.EXIT_REASON_MARKER):
             try:
                 return dict(json.loads(line[len(c.EXIT_REASON_MARKER) :]))
@@ -474,7 +474,9 @@ def _exit_report(run: PipelineRun, client: redis.Redis | None) -> dict[str, Any]
     return None
 
 
-def _log_tail(path: str) -> str:
+def read_log_tail(path: str) -> str:
+    """The last ``LOG_TAIL_LINES`` lines (at most ``LOG_TAIL_BYTES``) of a driver log; "" when the file
+    is missing or unreadable here (the log lives on the host that launched the driver)."""
     if not path:
         return ""
     try:
@@ -540,7 +542,7 @@ def _end_run(
             exit_code=exit_code,
             error_type=error_type,
             error_message=message[:4000],
-            log_tail=_log_tail(run.log_path),
+            log_tail=read_log_tail(run.log_path),
         )
         if claimed != 1:
             return None

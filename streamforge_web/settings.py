@@ -105,6 +105,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "streamforge_web.context_processors.identity",
             ],
         },
     },
@@ -239,6 +240,17 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Pipelines, delivery metrics and the dead-letter-queue console.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Several models have a "state" or "kind" choice field; name each enum after its model.
+    "ENUM_NAME_OVERRIDES": {
+        "BulkKindEnum": "dlq.models.BulkKind",
+        "BulkStateEnum": "dlq.models.BulkState",
+        "ApprovalKindEnum": "dlq.models.ApprovalKind",
+        "ApprovalStateEnum": "dlq.models.ApprovalState",
+        "PipelineStateEnum": "pipelines.models.PipelineState",
+        "ReplayStateEnum": "dlq.models.ReplayState",
+        "DeadLetterStatusEnum": "dlq.models.Status",
+        "DslKindEnum": ["filter", "transform", "key_transform", "header_transform", "timestamp"],
+    },
 }
 
 # --- security ------------------------------------------------------------------------------------------------

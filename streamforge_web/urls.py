@@ -18,7 +18,7 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics_view, name="metrics"),
-    path("", views.home, name="home"),
+    path("status/", views.system_status, name="system-status"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
@@ -26,6 +26,7 @@ urlpatterns = [
     path("api/dlq/", include("dlq.api.urls")),
     path("api/audit/verify/", AuditVerifyView.as_view(), name="audit-verify"),
     path("api/", include(audit_router.urls)),
+    path("", include("pipelines.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

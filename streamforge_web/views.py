@@ -10,6 +10,6 @@ from streamforge_web.health import readiness
 
 
 @login_required
-def home(request: HttpRequest) -> HttpResponse:
-    """The landing page: for now, each dependency's readiness (the overview arrives with the pipelines UI)."""
-    return render(request, "home.html", {"checks": readiness()["checks"]})
+def system_status(request: HttpRequest) -> HttpResponse:
+    """``/status/``: each dependency's readiness (database, Redis, Kafka) as the readiness probe sees it."""
+    return render(request, "status.html", {"checks": readiness()["checks"]})

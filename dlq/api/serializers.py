@@ -7,6 +7,7 @@ import binascii
 import json
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from dlq.models import (
@@ -57,6 +58,7 @@ class DeadLetterListSerializer(serializers.ModelSerializer[DeadLetter]):
         return obj.error_message[:300]
 
 
+@extend_schema_field({"description": "a JSON value, or a string taken as the raw payload text"})
 class PayloadField(serializers.Field):  # type: ignore[type-arg]
     """A new payload: a JSON value (stored compactly), or a string taken as the raw text."""
 

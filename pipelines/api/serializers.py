@@ -52,6 +52,24 @@ class EvaluateRequestSerializer(serializers.Serializer[dict[str, Any]]):
     )
 
 
+class ValidateRequestSerializer(serializers.Serializer[dict[str, Any]]):
+    """``POST /api/dsl/validate/``: one expression and the parser to read it with."""
+
+    kind = serializers.ChoiceField(["filter", "transform", "key_transform", "header_transform", "timestamp"])
+    expr = serializers.CharField(max_length=10_000, trim_whitespace=False, allow_blank=True)
+
+
+class ValidateResponseSerializer(serializers.Serializer[dict[str, Any]]):
+    """Whether the expression parses: the normalized form, or the error with its 0-based position."""
+
+    kind = serializers.CharField()
+    ok = serializers.BooleanField()
+    normalized = serializers.CharField(required=False)
+    error_type = serializers.CharField(required=False)
+    position = serializers.IntegerField(required=False)
+    message = serializers.CharField(required=False)
+
+
 class EvaluateResponseSerializer(serializers.Serializer[dict[str, Any]]):
     """The result, or the error type and message of an evaluation that failed."""
 
@@ -170,4 +188,7 @@ class MetricsSerializer(serializers.Serializer[dict[str, Any]]):
     totals = serializers.DictField(child=serializers.IntegerField())
     last_batch = serializers.DictField(allow_null=True)
     alerts = serializers.ListField(child=serializers.DictField())
+    bucket_seconds = serializers.IntegerField(
+        required=False, help_text="width of each series point (with range)"
+    )
     series = serializers.ListField(child=serializers.DictField(), required=False)

@@ -33,6 +33,8 @@ from pipelines.api.serializers import (
     PipelineSerializer,
     PipelineUpdateSerializer,
     RunSerializer,
+    ValidateRequestSerializer,
+    ValidateResponseSerializer,
 )
 from pipelines.models import Pipeline
 from pipelines.progress import pipeline_metrics
@@ -115,6 +117,33 @@ class EvaluateView(APIView):
         except dsl.EvaluationError as exc:
             return Response({"kind": kind, "ok": False, "error_type": exc.error_type, "message": str(exc)})
         return Response({"kind": kind, "ok": True, "result": result})
+
+
+class ValidateView(APIView):
+    """``POST /api/dsl/validate/``: does ``expr`` parse as a ``kind`` expression? Always 200 for a
+    well-formed request: ``{"ok": true, "normalized": ...}`` (the expression as the parser reads it back),
+    or ``{"ok": false, "error_type": "DslParse", "position": n, "message": ...}`` with the 0-based character
+    offset of the problem (``len(expr)`` when something is missing at the end). The editor calls it as the
+    operator types."""
+
+    @extend_schema(request=ValidateRequestSerializer, responses={200: ValidateResponseSerializer})
+    def post(self, request: Request) -> Response:
+        serializer = ValidateRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        kind, expr = serializer.validated_data["kind"], serializer.validated_data["expr"]
+        try:
+            node = _PARSERS[kind](expr)
+        except dsl.DslParseError as exc:
+            return Response(
+                {
+                    "kind": kind,
+                    "ok": False,
+                    "error_type": exc.error_type,
+                    "position": exc.position,
+                    "message": exc.message,
+                }
+            )
+        return Response({"kind": kind, "ok": True, "normalized": node.render()})
 
 
 class DryRunView(APIView):

@@ -138,8 +138,10 @@ def test_a_batch_read_again_after_a_crash_adds_no_rows_and_no_counts(people, tea
     owners = {topic: TopicOwner(team.pk, pipeline.pk, pipeline.name)}
     assert store_batch(records, owners).inserted == 50
     again = store_batch(
-        records[20:]
-        + [Record(topic=topic, partition=0, offset=50, key=None, value=b"{}", headers=[], timestamp_ms=None)],
+        [
+            *records[20:],
+            Record(topic=topic, partition=0, offset=50, key=None, value=b"{}", headers=[], timestamp_ms=None),
+        ],
         owners,
     )
     assert (again.inserted, again.already_stored) == (1, 30)

@@ -61,3 +61,65 @@ def test_another_teams_user_cannot_follow_a_pipeline(admin_user, team):
         return connected, code
 
     assert async_to_sync(scenario)() == (False, 4404)
+
+
+def test_an_anonymous_socket_is_closed_before_joining_anything(admin_user, team):
+    from django.contrib.auth.models import AnonymousUser
+
+    create_pipeline(actor=admin_user, name="live", team=team, spec=github_spec())
+
+    async def scenario():
+        results = []
+        for path in ("/ws/pipelines/", "/ws/pipelines/live/"):
+            _communicator, connected, code = await _connect(AnonymousUser(), path)
+            results.append((connected, code))
+        return results
+
+    assert async_to_sync(scenario)() == [(False, 4401), (False, 4401)]
+
+
+def test_the_list_socket_forwards_only_the_users_teams_pipelines(admin_user, team):
+    create_pipeline(actor=admin_user, name="mine", team=team, spec=github_spec())
+    other_team = TeamFactory(name="other-team")
+    create_pipeline(actor=admin_user, name="theirs", team=other_team, spec=github_spec())
+    operator = member(team, Role.OPERATOR, username="oti")
+
+    async def scenario():
+        communicator, connected, _ = await _connect(operator, "/ws/pipelines/")
+        assert connected
+        await communicator.receive_nothing(0.2)
+        await sync_to_async(broadcast.status)(_status("theirs"))
+        await sync_to_async(broadcast.status)(_status("mine"))
+        message = await communicator.receive_json_from(timeout=5)
+        nothing_else = await communicator.receive_nothing(0.3)
+        await communicator.disconnect()
+        return message, nothing_else
+
+    message, nothing_else = async_to_sync(scenario)()
+    assert message["pipeline"] == "mine"
+    assert nothing_else
+
+
+def test_a_socket_is_refused_cleanly_when_redis_is_down(admin_user, viewer, team, settings, private_redis):
+    create_pipeline(actor=admin_user, name="live", team=team, spec=github_spec())
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [private_redis.url]},
+        }
+    }
+    private_redis.stop()  # the layer's Redis is gone: joining the group fails
+
+    async def scenario():
+        from channels.layers import channel_layers
+
+        channel_layers.backends.clear()  # pick up the test's layer settings
+        _communicator, connected, code = await _connect(viewer, "/ws/pipelines/live/")
+        return connected, code
+
+    try:
+        assert async_to_sync(scenario)() == (False, 1011)
+    finally:
+        from channels.layers import channel_layers
+
+        channel_layers.backends.clear()

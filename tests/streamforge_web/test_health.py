@@ -50,10 +50,10 @@ def test_the_home_page_asks_an_anonymous_visitor_to_log_in(client):
     assert response["Location"].startswith("/login/")
 
 
-def test_the_home_page_shows_each_dependency_to_a_logged_in_user(client, django_user_model):
+def test_the_status_page_shows_each_dependency_to_a_logged_in_user(client, django_user_model):
     user = django_user_model.objects.create_user("ops", password="a-long-password-1")
     client.force_login(user)
-    response = client.get("/")
+    response = client.get("/status/")
     assert response.status_code == 200
     for name in ("database", "redis", "kafka"):
         assert f"<td>{name}</td>" in response.content.decode()

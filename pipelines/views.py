@@ -1,0 +1,326 @@
+"""Pages of the pipelines app: the overview, a pipeline's page with start/stop/restart, the editor and the
+editor's draft endpoints (dry run, sampling). Views check visibility and roles, then call ``pages``,
+``services``, ``supervision`` and ``editor``; mutations go through the same service functions as the API,
+so they are audited and refused there too.
+
+Visibility before roles: another team's pipeline is a 404 (its name is not confirmed), a visible pipeline
+the user lacks the role for is a 403.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from pipelines import editor, pages, supervision
+from pipelines.models import Pipeline
+from pipelines.progress import RATE_WINDOW_SECONDS
+from pipelines.services import (
+    SampleError,
+    SampleUnavailable,
+    create_pipeline,
+    dry_run,
+    revise_pipeline,
+    sample_message,
+    sample_source_messages,
+    spec_text,
+)
+from pipelines.spec import SpecError, parse_spec
+from streamforge_web.models import Role, Team
+from streamforge_web.permissions import has_role, is_admin
+
+#: Seconds of history the pipeline page's charts start with (the websocket extends them live).
+CHART_RANGE_SECONDS = 900
+#: At most this many sample messages per dry run from the editor.
+MAX_DRY_RUN_MESSAGES = 200
+
+
+def _visible_pipeline(request: HttpRequest, name: str) -> Pipeline:
+    pipeline = get_object_or_404(Pipeline.objects.select_related("team", "current_revision"), name=name)
+    if not has_role(request.user, pipeline.team, Role.VIEWER):
+        raise Http404("no such pipeline")
+    return pipeline
+
+
+def _actor(request: HttpRequest) -> User:
+    assert isinstance(request.user, User)  # login_required ran first
+    return request.user
+
+
+@login_required
+@require_GET
+def overview(request: HttpRequest) -> HttpResponse:
+    """``/``: every pipeline the user may see with state, rates, lag, dead-lettered records and alerts;
+    kept live by ``/ws/pipelines/``."""
+    return render(
+        request,
+        "pipelines/overview.html",
+        {
+            "rows": pages.overview_rows(request.user),
+            "can_create": is_admin(request.user),
+            "rate_window": RATE_WINDOW_SECONDS,
+        },
+    )
+
+
+@login_required
+@require_GET
+def overview_json(request: HttpRequest) -> JsonResponse:
+    """The overview's rows as JSON: what the page reloads after its websocket reconnects."""
+    return JsonResponse({"pipelines": [row.as_json() for row in pages.overview_rows(request.user)]})
+
+
+@login_required
+@require_GET
+def pipeline_detail(request: HttpRequest, name: str) -> HttpResponse:
+    """``/pipelines/<name>/``: the current revision, revision history with diffs, runs, live charts and,
+    for operators, start/stop/restart."""
+    pipeline = _visible_pipeline(request, name)
+    revision = pipeline.current_revision
+    spec = revision.spec if revision is not None else None
+    return render(
+        request,
+        "pipelines/detail.html",
+        {
+            "pipeline": pipeline,
+            "revision": revision,
+            "spec": spec,
+            "spec_json": spec_text(spec) if spec else "",
+            "destinations": pages.destination_views(spec) if spec else [],
+            "revisions": [(r, pages.diff_lines(r.diff)) for r in pages.revisions(pipeline)],
+            "runs": pages.recent_runs(pipeline),
+            "can_operate": has_role(request.user, pipeline.team, Role.OPERATOR),
+            "can_edit": has_role(request.user, pipeline.team, Role.ADMIN),
+            "chart_range": CHART_RANGE_SECONDS,
+            "dlq_by_type": pages.dead_lettered_by_type(
+                pipeline, since_ms=int(time.time() * 1000) - CHART_RANGE_SECONDS * 1000
+            ),
+        },
+    )
+
+
+_ACTIONS = {
+    "start": supervision.request_start,
+    "stop": supervision.request_stop,
+    "restart": supervision.request_restart,
+}
+
+
+@login_required
+@require_POST
+def pipeline_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
+    """``POST /pipelines/<name>/start|stop|restart/`` (operator; 403 otherwise), with an optional
+    ``reason`` for the audit log; the same service call as the API's. Back to the pipeline's page."""
+    pipeline = _visible_pipeline(request, name)
+    request_action = _ACTIONS.get(action)
+    if request_action is None:
+        raise Http404("no such action")
+    reason = request.POST.get("reason", "").strip()[:2000]
+    try:
+        request_action(actor=_actor(request), pipeline=pipeline, reason=reason)
+    except supervision.NotStartable as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"{action} requested for {pipeline.name}; a worker carries it out.")
+    return redirect("pipeline-detail", name=pipeline.name)
+
+
+# ------------------------------------------------------------------------------------------ editor
+
+
+class PipelineMetaForm(forms.Form):
+    """The editor's inputs that are not part of the spec: name and team (new pipelines only), the
+    description, and the comment stored with the new revision."""
+
+    name = forms.SlugField(max_length=63, help_text="lowercase letters, digits, '-' and '_'")
+    team = forms.ModelChoiceField(queryset=Team.objects.none(), to_field_name="name", empty_label=None)
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    comment = forms.CharField(required=False, max_length=500, help_text="why this revision (kept with it)")
+
+    def __init__(self, *args: Any, user: User, editing: bool, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.editing = editing
+        if editing:
+            del self.fields["name"]
+            del self.fields["team"]
+        else:
+            team_field = self.fields["team"]
+            assert isinstance(team_field, forms.ModelChoiceField)
+            # The admin role is held in some team but counts in every team (permissions.is_admin).
+            team_field.queryset = Team.objects.all() if is_admin(user) else Team.objects.none()
+
+    def clean_name(self) -> str:
+        name: str = self.cleaned_data["name"]
+        if Pipeline.objects.filter(name=name).exists():
+            raise forms.ValidationError("a pipeline with this name exists")
+        return name
+
+
+def _editor_context(
+    *,
+    meta: PipelineMetaForm,
+    draft: dict[str, Any],
+    errors: dict[str, list[str]],
+    pipeline: Pipeline | None,
+    mode: str,
+    user: User,
+) -> dict[str, Any]:
+    return {
+        "meta": meta,
+        "layout": editor.editor_layout(draft, errors),
+        "pipeline": pipeline,
+        "mode": mode,
+        "can_sample": is_admin(user),
+    }
+
+
+@login_required
+def pipeline_editor(request: HttpRequest, name: str | None = None) -> HttpResponse:
+    """``/pipelines/new/`` and ``/pipelines/<name>/edit/`` (admin): every spec field in a form (or as
+    JSON); saving creates the pipeline or its next revision through ``services``. A refused spec comes back
+    with each error beside its field (status 400)."""
+    user = _actor(request)
+    pipeline = _visible_pipeline(request, name) if name is not None else None
+    if pipeline is not None and not has_role(user, pipeline.team, Role.ADMIN):
+        raise PermissionDenied("editing a pipeline needs the admin role")
+    if pipeline is None and not is_admin(user):
+        raise PermissionDenied("creating a pipeline needs the admin role in a team")
+    editing = pipeline is not None
+
+    if request.method != "POST":
+        draft = (
+            pipeline.current_revision.spec
+            if pipeline is not None and pipeline.current_revision is not None
+            else editor.default_draft()
+        )
+        initial = {"description": pipeline.description} if pipeline is not None else {}
+        meta = PipelineMetaForm(initial=initial, user=user, editing=editing)
+        return render(
+            request,
+            "pipelines/editor.html",
+            _editor_context(meta=meta, draft=draft, errors={}, pipeline=pipeline, mode="form", user=user),
+        )
+
+    meta = PipelineMetaForm(request.POST, user=user, editing=editing)
+    draft, form_errors = editor.spec_from_form(request.POST)
+    errors: dict[str, list[str]] = dict(form_errors)
+    switch_to = request.POST.get("switch_to")
+    if switch_to in ("form", "json"):
+        # Switching between the form and the JSON textarea is a round trip through spec_from_form, so the
+        # form-to-spec rules live in one place; nothing is saved.
+        if form_errors:
+            switch_to = request.POST.get(editor.MODE_FIELD) or "form"
+        typed = {key: request.POST.get(key, "") for key in ("name", "team", "description", "comment")}
+        meta = PipelineMetaForm(initial=typed, user=user, editing=editing)  # unbound: no "required" noise
+        return render(
+            request,
+            "pipelines/editor.html",
+            _editor_context(
+                meta=meta, draft=draft, errors=errors, pipeline=pipeline, mode=switch_to, user=user
+            ),
+        )
+    if meta.is_valid() and not errors:
+        data = meta.cleaned_data
+        try:
+            if pipeline is None:
+                pipeline = create_pipeline(
+                    actor=user,
+                    name=data["name"],
+                    team=data["team"],
+                    spec=draft,
+                    description=data["description"],
+                )
+                messages.success(request, f"Pipeline {pipeline.name} created (revision 1).")
+            else:
+                revision = revise_pipeline(
+                    actor=user,
+                    pipeline=pipeline,
+                    spec=draft,
+                    comment=data["comment"],
+                    description=data["description"],
+                )
+                messages.success(request, f"Saved as revision {revision.number}; a restart runs it.")
+            return redirect("pipeline-detail", name=pipeline.name)
+        except SpecError as exc:
+            errors.update(exc.errors)
+    elif not errors:
+        # The spec is checked even when the name or team is wrong, so every problem shows at once.
+        try:
+            parse_spec(draft, pipeline_name=request.POST.get("name") or "draft")
+        except SpecError as exc:
+            errors.update(exc.errors)
+    mode = "json" if request.POST.get(editor.MODE_FIELD) == "json" else "form"
+    return render(
+        request,
+        "pipelines/editor.html",
+        _editor_context(meta=meta, draft=draft, errors=errors, pipeline=pipeline, mode=mode, user=user),
+        status=400,
+    )
+
+
+def _draft_name(request: HttpRequest) -> str:
+    return (request.POST.get("name") or request.POST.get("pipeline") or "draft").strip() or "draft"
+
+
+@login_required
+@require_POST
+def draft_dry_run(request: HttpRequest) -> JsonResponse:
+    """Run the editor's DRAFT spec (the form as it stands, not the saved revision) over the pasted sample
+    messages (``messages``: see ``editor.messages_from_text``). Writes nothing, so any signed-in user may.
+    200 with, per message, each destination's outcome; 400 with ``errors`` by field when the draft or a
+    message is invalid."""
+    draft, form_errors = editor.spec_from_form(request.POST)
+    if form_errors:
+        return JsonResponse({"errors": dict(form_errors)}, status=400)
+    try:
+        spec = parse_spec(draft, pipeline_name=_draft_name(request))
+    except SpecError as exc:
+        return JsonResponse({"errors": exc.errors}, status=400)
+    raw_messages = editor.messages_from_text(request.POST.get("messages", ""))
+    if not raw_messages:
+        return JsonResponse({"errors": {"messages": ["paste at least one message"]}}, status=400)
+    if len(raw_messages) > MAX_DRY_RUN_MESSAGES:
+        return JsonResponse(
+            {"errors": {"messages": [f"at most {MAX_DRY_RUN_MESSAGES} messages"]}}, status=400
+        )
+    try:
+        samples = [sample_message(raw, index=i) for i, raw in enumerate(raw_messages)]
+    except SampleError as exc:
+        return JsonResponse({"errors": {"messages": [str(exc)]}}, status=400)
+    results = dry_run(spec=spec, messages=samples)
+    return JsonResponse(
+        {
+            "results": [
+                {"index": i, "destinations": [asdict(r) for r in per_message]}
+                for i, per_message in enumerate(results)
+            ]
+        }
+    )
+
+
+@login_required
+@require_POST
+def draft_sample(request: HttpRequest) -> JsonResponse:
+    """The newest records of the draft's source topics as sample messages (admin: it reads any topic
+    named). 400 without topics, 503 when Kafka cannot be read."""
+    if not is_admin(request.user):
+        raise PermissionDenied("sampling source topics needs the admin role")
+    draft, _ = editor.spec_from_form(request.POST)
+    topics = (draft.get("source") or {}).get("topics") or []
+    if not isinstance(topics, list) or not topics:
+        return JsonResponse({"errors": {"source.topics": ["name a source topic to sample"]}}, status=400)
+    try:
+        sampled = sample_source_messages(topics=[str(t) for t in topics], limit=10, timeout=5.0)
+    except SampleUnavailable as exc:
+        return JsonResponse({"errors": {"source.topics": [str(exc)]}}, status=503)
+    return JsonResponse({"messages": sampled})

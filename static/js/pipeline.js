@@ -1,0 +1,237 @@
+/* A pipeline's page, live: charts drawn with Chart.js from /api/pipelines/<name>/metrics/?range=… (the
+ * history, in buckets of `bucket_seconds`) and extended by /ws/pipelines/<name>/ progress updates, which are
+ * folded into the same buckets so live and historical points mean the same thing. Also the stat tiles,
+ * the state badge, firing alerts, and the confirmation dialog of start / stop / restart. */
+"use strict";
+
+(function () {
+  const live = window.StreamForgeLive;
+  const fmt = live.formatNumber;
+  const script = document.getElementById("pipeline-script");
+  const name = script.dataset.name;
+  const range = Number(script.dataset.range);
+  const metricsUrl = script.dataset.metricsUrl + "?range=" + range;
+
+  // ---------------------------------------------------------------------------------------- confirmation
+  const dialog = document.getElementById("confirm-dialog");
+  if (dialog) {
+    const form = document.getElementById("confirm-form");
+    const texts = {
+      start: "Start the current revision. A worker launches the Spark driver.",
+      restart: "Stop the driver after its running micro-batch, then start the current revision again.",
+      stop: "Stop after the running micro-batch finishes; records keep arriving in the source topic and the lag grows.",
+    };
+    document.querySelectorAll("[data-confirm]").forEach(function (button) {
+      button.addEventListener("click", function () {
+        const action = button.dataset.confirm;
+        form.action = form.dataset.actionTemplate.replace("ACTION", action);
+        document.getElementById("confirm-title").textContent = action.charAt(0).toUpperCase() + action.slice(1) + " " + name + "?";
+        document.getElementById("confirm-text").textContent = texts[action];
+        const submit = document.getElementById("confirm-submit");
+        submit.textContent = action.charAt(0).toUpperCase() + action.slice(1);
+        submit.className = action === "stop" ? "danger" : "";
+        dialog.showModal();
+      });
+    });
+    document.getElementById("confirm-cancel").addEventListener("click", function () { dialog.close(); });
+  }
+
+  // ---------------------------------------------------------------------------------------- charts
+  const palette = { consumed: "#4ea1ff", produced: "#3fb950", dead: "#f85149", lag: "#d29922", duration: "#a371f7", retries: "#db6d28" };
+  Chart.defaults.color = "#8a96a3";
+  Chart.defaults.borderColor = "#2a333d";
+  Chart.defaults.font.size = 11;
+  Chart.defaults.animation = false;
+
+  function timeTick(value) {
+    const d = new Date(value);
+    return d.toISOString().substring(11, 19);
+  }
+
+  function lineChart(id, datasets) {
+    return new Chart(document.getElementById(id), {
+      type: "line",
+      data: { datasets: datasets.map(function (d) {
+        return { label: d.label, data: [], borderColor: d.color, backgroundColor: d.color + "33", pointRadius: 2, pointHoverRadius: 4, borderWidth: 1.5, tension: 0.2, fill: d.fill || false };
+      }) },
+      options: {
+        parsing: false, responsive: true, maintainAspectRatio: false,
+        interaction: { mode: "nearest", axis: "x", intersect: false },
+        scales: {
+          x: { type: "linear", ticks: { callback: timeTick, maxTicksLimit: 6 } },
+          y: { beginAtZero: true, ticks: { maxTicksLimit: 5 } },
+        },
+        plugins: { legend: { display: datasets.length > 1, labels: { boxWidth: 10 } },
+                   tooltip: { callbacks: { title: function (items) { return items.length ? timeTick(items[0].parsed.x) + " UTC" : ""; } } } },
+      },
+    });
+  }
+
+  function barChart(id, color, horizontal) {
+    return new Chart(document.getElementById(id), {
+      type: "bar",
+      data: { labels: [], datasets: [{ data: [], backgroundColor: color, borderRadius: 3 }] },
+      options: {
+        indexAxis: horizontal ? "y" : "x", responsive: true, maintainAspectRatio: false,
+        scales: { x: { beginAtZero: true, ticks: { maxTicksLimit: 6 } }, y: { beginAtZero: true, ticks: { maxTicksLimit: 6 } } },
+        plugins: { legend: { display: false } },
+      },
+    });
+  }
+
+  const charts = {
+    rates: lineChart("chart-rates", [
+      { label: "consumed", color: palette.consumed }, { label: "produced", color: palette.produced }, { label: "dead-lettered", color: palette.dead },
+    ]),
+    lag: lineChart("chart-lag", [{ label: "lag", color: palette.lag, fill: true }]),
+    duration: lineChart("chart-duration", [{ label: "ms", color: palette.duration }]),
+    retries: lineChart("chart-retries", [{ label: "retries", color: palette.retries }]),
+    partitions: barChart("chart-partitions", palette.lag, false),
+    dlq: barChart("chart-dlq", palette.dead, true),
+  };
+
+  // Buckets keyed by start time (ms): sums of the batches in them, like the server's metric_series.
+  let bucketMs = 5000;
+  let buckets = new Map();
+
+  function addToBucket(time, batch) {
+    const start = Math.floor(time / bucketMs) * bucketMs;
+    const b = buckets.get(start) || { batches: 0, consumed: 0, produced: 0, dead_lettered: 0, retries: 0, lag: null, durationSum: 0 };
+    b.batches += batch.batches;
+    b.consumed += batch.consumed; b.produced += batch.produced; b.dead_lettered += batch.dead_lettered; b.retries += batch.retries;
+    if (batch.lag !== null && batch.lag !== undefined) b.lag = b.lag === null ? batch.lag : Math.max(b.lag, batch.lag);
+    b.durationSum += batch.durationSum;
+    buckets.set(start, b);
+  }
+
+  function redrawSeries() {
+    const since = Date.now() - range * 1000;
+    const keys = Array.from(buckets.keys()).filter(function (k) { return k >= since - bucketMs; }).sort(function (a, b) { return a - b; });
+    keys.forEach(function (k) { if (k < since - bucketMs) buckets.delete(k); });
+    const perSecond = bucketMs / 1000;
+    const pick = function (f) { return keys.map(function (k) { return { x: k, y: f(buckets.get(k)) }; }); };
+    charts.rates.data.datasets[0].data = pick(function (b) { return b.consumed / perSecond; });
+    charts.rates.data.datasets[1].data = pick(function (b) { return b.produced / perSecond; });
+    charts.rates.data.datasets[2].data = pick(function (b) { return b.dead_lettered / perSecond; });
+    charts.lag.data.datasets[0].data = pick(function (b) { return b.lag; });
+    charts.duration.data.datasets[0].data = pick(function (b) { return b.batches ? b.durationSum / b.batches : null; });
+    charts.retries.data.datasets[0].data = pick(function (b) { return b.retries; });
+    ["rates", "lag", "duration", "retries"].forEach(function (c) {
+      charts[c].options.scales.x.min = since; charts[c].options.scales.x.max = Date.now();
+      charts[c].update("none");
+    });
+  }
+
+  const partitionLag = new Map();  // "topic/partition" -> lag
+  function redrawPartitions() {
+    const labels = Array.from(partitionLag.keys()).sort();
+    charts.partitions.data.labels = labels;
+    charts.partitions.data.datasets[0].data = labels.map(function (l) { return partitionLag.get(l); });
+    charts.partitions.update("none");
+  }
+
+  const dlqByType = new Map(Object.entries(JSON.parse(document.getElementById("dlq-by-type").textContent)));
+  function redrawDlq() {
+    const entries = Array.from(dlqByType.entries()).sort(function (a, b) { return b[1] - a[1]; });
+    charts.dlq.data.labels = entries.map(function (e) { return e[0]; });
+    charts.dlq.data.datasets[0].data = entries.map(function (e) { return e[1]; });
+    charts.dlq.update("none");
+  }
+
+  // ---------------------------------------------------------------------------------------- tiles
+  function setStat(stat, text) {
+    const el = document.querySelector('[data-stat="' + stat + '"]');
+    if (el && el.textContent !== text) {
+      el.textContent = text;
+      el.classList.remove("flash-change"); void el.offsetWidth; el.classList.add("flash-change");
+    }
+  }
+
+  function showFigures(f) {
+    setStat("consumed_per_second", fmt(f.consumed_per_second, 1));
+    setStat("produced_per_second", fmt(f.produced_per_second, 1));
+    setStat("lag", fmt(f.lag));
+    const w = f.worst_partition;
+    setStat("worst_partition", w ? w.topic + "/" + w.partition + ": " + fmt(w.lag) : "–");
+    setStat("dead_lettered", fmt(f.dead_lettered));
+  }
+
+  function showLastBatch(batch) {
+    if (!batch) return;
+    setStat("last_batch", "#" + batch.batch_id + " · " + fmt(batch.consumed) + " rec · " + fmt(batch.duration_ms) + " ms");
+    document.querySelector('[data-stat="last_batch"]').title = "at " + timeTick(batch.time_ms) + " UTC";
+  }
+
+  function showState(state, desired, reason) {
+    const badge = document.querySelector('#pipeline [data-field="state"]');
+    badge.textContent = state; badge.className = "state state-" + state;
+    if (desired) document.querySelector('[data-field="desired_state"]').textContent = desired;
+    const reasonEl = document.querySelector('#pipeline [data-field="reason"]');
+    reasonEl.textContent = reason || ""; reasonEl.hidden = !reason;
+  }
+
+  const alerts = new Map();
+  function showAlerts() {
+    const box = document.querySelector('#pipeline [data-field="alerts"]');
+    box.textContent = "";
+    alerts.forEach(function (a, rule) {
+      const el = document.createElement("div");
+      el.className = "alert-banner alert-" + a.severity;
+      el.dataset.rule = rule;
+      el.textContent = rule + ": " + a.summary;
+      box.appendChild(el);
+    });
+  }
+
+  // ---------------------------------------------------------------------------------------- data flow
+  function load() {
+    return fetch(metricsUrl, { credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
+      .then(function (m) {
+        bucketMs = (m.bucket_seconds || 5) * 1000;
+        buckets = new Map();
+        (m.series || []).forEach(function (p) {
+          addToBucket(p.time_ms, { batches: p.batches, consumed: p.consumed, produced: p.produced, dead_lettered: p.dead_lettered,
+                                   retries: p.retries, lag: p.lag, durationSum: (p.duration_ms || 0) * p.batches });
+        });
+        redrawSeries();
+        partitionLag.clear();
+        m.partitions.forEach(function (p) { partitionLag.set(p.topic + "/" + p.partition, p.lag); });
+        redrawPartitions();
+        const worst = m.partitions.reduce(function (w, p) { return w === null || p.lag > w.lag ? p : w; }, null);
+        showFigures({ consumed_per_second: m.rates.consumed_per_second, produced_per_second: m.rates.produced_per_second,
+                      lag: m.lag, worst_partition: worst, dead_lettered: m.totals.dead_lettered });
+        showLastBatch(m.last_batch);
+        showState(m.state, null, document.querySelector('#pipeline [data-field="reason"]').textContent);
+        alerts.clear();
+        m.alerts.forEach(function (a) { alerts.set(a.rule, a); });
+        showAlerts();
+      })
+      .catch(function (e) { console.warn("metrics load failed", e); });
+  }
+
+  function onMessage(msg) {
+    if (msg.pipeline !== name) return;
+    if (msg.type === "pipeline.progress") {
+      addToBucket(msg.time_ms, { batches: 1, consumed: msg.consumed, produced: msg.produced, dead_lettered: msg.dead_lettered,
+                                 retries: msg.retries, lag: msg.lag, durationSum: msg.duration_ms });
+      redrawSeries();
+      msg.partitions.forEach(function (p) { partitionLag.set(p.topic + "/" + p.partition, p.lag); });
+      redrawPartitions();
+      Object.entries(msg.dead_lettered_by_type || {}).forEach(function (e) { dlqByType.set(e[0], (dlqByType.get(e[0]) || 0) + e[1]); });
+      redrawDlq();
+      showFigures(msg.figures);
+      showLastBatch(msg);
+    } else if (msg.type === "pipeline.status") {
+      showState(msg.state, msg.desired_state, msg.reason);
+    } else if (msg.type === "pipeline.alert") {
+      if (msg.firing) alerts.set(msg.rule, msg); else alerts.delete(msg.rule);
+      showAlerts();
+    }
+  }
+
+  redrawDlq();
+  load();
+  live.connect("/ws/pipelines/" + name + "/", { onMessage: onMessage, onReconnect: load });
+  window.setInterval(redrawSeries, 5000);  // slide the time window even when no batch arrives
+})();

@@ -1,0 +1,171 @@
+"""Real-browser fixtures: a real ASGI server (daphne, so websockets work) in its own process, serving the
+test database (a file, see ``django_db_modify_db_settings`` in tests/conftest.py) over the real Redis
+channel layer, and Debian's Chromium driven by Playwright.
+
+Tests that use these are marked ``browser`` and need the test Redis (and Kafka for readiness) that
+``make test`` starts, plus ``/usr/bin/chromium`` (``devstack system`` installs it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connections
+from django.test import Client
+
+REPO = Path(__file__).resolve().parents[2]
+SCREENSHOTS = REPO / "artifacts" / "screenshots"
+CHROMIUM = os.environ.get("STREAMFORGE_CHROMIUM", "/usr/bin/chromium")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class AsgiServer:
+    """``daphne streamforge_web.asgi:application`` on a free port, started and stopped by the tests (a
+    test may ``stop`` and ``start`` it again on the same port to drop every websocket)."""
+
+    def __init__(self, database: str, log_path: Path) -> None:
+        self.port = _free_port()
+        self.database = database
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "DATABASE_URL": f"sqlite:///{self.database}",
+            "DJANGO_DEBUG": "true",
+            "STREAMFORGE_HTTPS": "false",
+            "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+        }
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "streamforge_web.asgi:application",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"daphne exited with {self.process.returncode}; see {self.log_path}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as response:  # noqa: S310
+                    if response.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"daphne did not answer /healthz within 30 s; see {self.log_path}")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+            self.process = None
+
+
+@pytest.fixture(scope="package")
+def asgi_server(django_db_setup, tmp_path_factory) -> Iterator[AsgiServer]:
+    """The running web process of the browser tests (one per test run)."""
+    database = settings.DATABASES["default"]["NAME"]
+    in_memory = not database or ":memory:" in str(database) or "mode=memory" in str(database)
+    assert not in_memory, "browser tests need a file test database; tests/conftest.py sets one when selected"
+    server = AsgiServer(str(database), tmp_path_factory.mktemp("daphne") / "daphne.log")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="package")
+def chromium(django_db_setup):
+    """Debian's Chromium, headless, driven by Playwright (its own browser download is not needed). After the
+    test database exists: Playwright keeps an event loop in this thread, in which Django refuses to create it."""
+    if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
+        pytest.fail(f"{CHROMIUM} is missing: `python -m devstack system` installs Debian's chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def browser_env(monkeypatch, transactional_db):
+    """Rows committed for real (the server is another process), and the ORM usable from the test while
+    Playwright's sync API keeps an event loop in this thread (Django would otherwise refuse every query)."""
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    yield
+    connections.close_all()
+
+
+@pytest.fixture
+def open_page(chromium, asgi_server, browser_env):
+    """``open_page(user)``: a fresh browser context signed in as ``user`` (a real session cookie), at 1440x900
+    like a laptop; closed after the test."""
+    contexts = []
+
+    def open_as(user=None):
+        context = chromium.new_context(viewport={"width": 1440, "height": 900}, base_url=asgi_server.url)
+        if user is not None:
+            client = Client()
+            client.force_login(type(user).objects.get(pk=user.pk))
+            context.add_cookies(
+                [
+                    {
+                        "name": settings.SESSION_COOKIE_NAME,
+                        "value": client.cookies[settings.SESSION_COOKIE_NAME].value,
+                        "url": asgi_server.url,
+                    }
+                ]
+            )
+        contexts.append(context)
+        page = context.new_page()
+        page.set_default_timeout(10_000)
+        return page
+
+    yield open_as
+    for context in contexts:
+        context.close()
+
+
+def screenshot(page, name: str) -> Path:
+    """Save a full-page screenshot as artifacts/screenshots/<name>.png (looked at by people, not asserted)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.evaluate("window.scrollTo(0, 0)")  # the sticky header is drawn where the page was scrolled to
+    page.screenshot(path=str(path), full_page=True)
+    return path
