@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +60,20 @@ def _event_hash(event: AuditEvent) -> str:
     return hashlib.sha256(_canonical(body).encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class Entry:
+    """One event to append (see ``record`` for the fields)."""
+
+    action: str
+    target_type: str
+    target_id: str | int
+    reason: str = ""
+    before: Any = None
+    after: Any = None
+    details: dict[str, Any] | None = None
+    request_id: str = ""
+
+
 def record(
     *,
     actor: User | AnonymousUser | None,
@@ -77,32 +92,49 @@ def record(
     Retries a few times when another writer appended first (unique ``prev_hash``); raises IntegrityError
     if it keeps losing that race.
     """
+    entry = Entry(action, target_type, target_id, reason, before, after, details, request_id)
+    return record_many(actor=actor, entries=[entry])[0]
+
+
+def record_many(*, actor: User | AnonymousUser | None, entries: list[Entry]) -> list[AuditEvent]:
+    """Append several events by one actor, chained in order, with one read of the tail and one insert:
+    what a bulk action uses to keep one event per changed object at thousands of objects a second.
+    Same guarantees and errors as ``record``."""
+    if not entries:
+        return []
     user = actor if actor is not None and actor.is_authenticated else None
+    name = user.get_username() if user is not None else "system"
     for _ in range(5):
         try:
             with transaction.atomic():
                 tail = AuditEvent.objects.order_by("-sequence").only("sequence", "hash").first()
-                event = AuditEvent(
-                    sequence=(tail.sequence + 1) if tail else 1,
-                    created_at=timezone.now(),
-                    actor=user,
-                    actor_name=user.get_username() if user is not None else "system",
-                    action=action,
-                    target_type=target_type,
-                    target_id=str(target_id),
-                    reason=reason,
-                    before_digest=digest(before) if before is not None else "",
-                    after_digest=digest(after) if after is not None else "",
-                    details=details or {},
-                    request_id=request_id,
-                    prev_hash=tail.hash if tail else GENESIS,
-                )
-                event.hash = _event_hash(event)
-                event.save()
-                genesis = event.hash if event.sequence == 1 else _genesis_hash()
-                sequence, event_hash = event.sequence, event.hash
-                transaction.on_commit(lambda: _anchor(genesis, sequence, event_hash))  # noqa: B023  # returns next
-                return event
+                sequence, prev_hash = (tail.sequence, tail.hash) if tail else (0, GENESIS)
+                now = timezone.now()
+                events = []
+                for entry in entries:
+                    sequence += 1
+                    event = AuditEvent(
+                        sequence=sequence,
+                        created_at=now,
+                        actor=user,
+                        actor_name=name,
+                        action=entry.action,
+                        target_type=entry.target_type,
+                        target_id=str(entry.target_id),
+                        reason=entry.reason,
+                        before_digest=digest(entry.before) if entry.before is not None else "",
+                        after_digest=digest(entry.after) if entry.after is not None else "",
+                        details=entry.details or {},
+                        request_id=entry.request_id,
+                        prev_hash=prev_hash,
+                    )
+                    event.hash = prev_hash = _event_hash(event)
+                    events.append(event)
+                AuditEvent.objects.bulk_create(events)
+                genesis = events[0].hash if events[0].sequence == 1 else _genesis_hash()
+                last = events[-1]
+                transaction.on_commit(lambda: _anchor(genesis, last.sequence, last.hash))  # noqa: B023  # returns next
+                return events
         except IntegrityError:
             continue
     raise IntegrityError("could not append to the audit chain: other writers kept appending first")
@@ -112,8 +144,19 @@ def _genesis_hash() -> str:
     return AuditEvent.objects.filter(sequence=1).values_list("hash", flat=True).first() or GENESIS
 
 
+_clients: dict[tuple[int, str], redis.Redis] = {}
+
+
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    """One client (and connection pool) per process and Redis URL: making a client costs ~2 ms, which a
+    bulk action appending thousands of events would pay per event."""
+    key = (os.getpid(), settings.REDIS_URL)
+    client = _clients.get(key)
+    if client is None:
+        client = _clients[key] = redis.Redis.from_url(
+            settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
+        )
+    return client
 
 
 def _anchor(genesis: str, sequence: int, event_hash: str) -> None:
