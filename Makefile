@@ -9,7 +9,7 @@ DEPS_STAMP := $(VENV)/.deps-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
 .PHONY: help venv system up down status demo test lint types check-deploy clean bench-pipeline vendor
 
 help:
-	@echo "make demo   - start the whole stack (Kafka, Redis, web, worker, beat) and say what runs where"
+	@echo "make demo   - the whole stack and a live GitHub-events pipeline with its DLQ console (Ctrl-C stops it)"
 	@echo "make test   - lint, types and the whole test suite against real services on test ports"
 	@echo "make up | down | status - manage the local stack (dev ports 9092/6379/8000)"
 
@@ -33,11 +33,10 @@ down:
 status: venv
 	$(PY) -m devstack status
 
-demo: up
-	@$(PY) -m devstack status
-	@echo
-	@echo "StreamForge Web is up: open http://127.0.0.1:8000/  (API docs: http://127.0.0.1:8000/api/docs/)"
-	@echo "Stop everything with: make down"
+# The main job: the whole stack, the demo pipeline over real GitHub events, and the console; Ctrl-C stops
+# what it started. DEMO_ARGS="--rate 500 --corrupt-every 20 --duration 600" tunes the feeder.
+demo: venv system
+	$(PY) -m devstack demo $(DEMO_ARGS)
 
 lint: venv
 	$(PY) -m ruff check .

@@ -1,4 +1,4 @@
-"""``python -m devstack [--profile dev|test] up|down|status|env|fetch|system [service ...]``.
+"""``python -m devstack [--profile dev|test] up|down|status|env|fetch|system|demo [service ...]``.
 
 The local stack manager behind ``make up``, ``make down``, ``make status`` and the test setup. Exit code 0
 when everything asked for is in the asked-for state, 1 with a message on stderr otherwise.
@@ -7,11 +7,15 @@ when everything asked for is in the asked-for state, 1 with a message on stderr 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import signal
+import subprocess
 import sys
+import time
 
 from devstack import jars
-from devstack.config import PROFILES, Profile
+from devstack.config import PROFILES, REPO_ROOT, Profile
 from devstack.services import (
     Service,
     StackError,
@@ -52,12 +56,54 @@ def _status(profile: Profile) -> int:
     return 0
 
 
+def _demo(profile: Profile, args: argparse.Namespace) -> int:
+    """``make demo``: start every service, run ``manage.py demo`` in the foreground, and on Ctrl-C (or when
+    it ends) stop the pipeline and then exactly the services this call started."""
+    began = time.monotonic()
+    already = {s.name for s in services(profile) if running_process(profile, s.name) is not None}
+    started: list[Service] = []
+    child: subprocess.Popen[bytes] | None = None
+    try:
+        for service in services(profile):
+            print(start(profile, service), flush=True)
+            if service.name not in already:
+                started.append(service)
+        print(f"devstack: stack ready in {time.monotonic() - began:.0f}s", flush=True)
+        command = [
+            sys.executable, str(REPO_ROOT / "manage.py"), "demo", "--web-url", profile.web_url,
+            "--rate", str(args.rate), "--corrupt-every", str(args.corrupt_every), "--duration", str(args.duration),
+        ]  # fmt: skip
+        child = subprocess.Popen(command, cwd=REPO_ROOT, env={**os.environ, **django_env(profile)})
+        return child.wait()
+    except KeyboardInterrupt:
+        # The terminal sent SIGINT to the whole foreground group, the demo command too: let it stop the
+        # pipeline cleanly before the stack goes away under it.
+        if child is not None:
+            try:
+                return child.wait(timeout=150)
+            except subprocess.TimeoutExpired:
+                child.send_signal(signal.SIGKILL)
+        return 130
+    finally:
+        if child is not None and child.poll() is None:
+            child.send_signal(signal.SIGINT)
+            try:
+                child.wait(timeout=150)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        for service in reversed(started):
+            print(stop(profile, service), flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the command; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="devstack", description=__doc__)
     parser.add_argument("--profile", choices=sorted(PROFILES), default="dev")
-    parser.add_argument("command", choices=["up", "down", "status", "env", "fetch", "system"])
+    parser.add_argument("command", choices=["up", "down", "status", "env", "fetch", "system", "demo"])
     parser.add_argument("services", nargs="*", help="limit up/down to these services")
+    parser.add_argument("--rate", type=float, default=200.0, help="demo: records/s fed into the source topic")
+    parser.add_argument("--corrupt-every", type=int, default=50, help="demo: every N-th record is corrupted")
+    parser.add_argument("--duration", type=float, default=0.0, help="demo: stop after this many seconds")
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
     try:
@@ -77,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"export {key}={shlex.quote(value)}")
         elif args.command == "status":
             return _status(profile)
+        elif args.command == "demo":
+            return _demo(profile, args)
         elif args.command == "up":
             for service in _select(profile, args.services):
                 print(start(profile, service), flush=True)

@@ -1,0 +1,269 @@
+"""The demo (``make demo``): people, a team, a GitHub-events pipeline with a runbook, and a feeder that
+replays the real events from ``demo/data`` into the source topic at a steady rate, each with a fresh id, with
+a small share of corrupted records so the DLQ console has real work.
+
+Everything goes through the same services the UI and the API use (``create_pipeline``,
+``supervision.request_start``/``request_stop``, ``dlq.services.save_runbook``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import secrets
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import transaction
+from rest_framework.authtoken.models import Token
+
+from dlq.models import FailureGroup, Runbook
+from dlq.services import save_runbook
+from pipelines.models import Pipeline
+from pipelines.services import create_pipeline, revise_pipeline
+from streamforge_web.models import Membership, Role, Team
+
+EVENTS_FILE = Path(settings.BASE_DIR) / "demo" / "data" / "github-events-2021-07-21.ndjson"
+PIPELINE = "github-demo"
+TEAM = "operators"
+SOURCE = "github.events"
+#: The archive destination's topic takes at most this many bytes per record, so an oversized event is
+#: dead-lettered as RecordTooLarge there while the other destinations take their small projections of it.
+ARCHIVE_MAX_BYTES = 262_144
+
+SPEC: dict[str, Any] = {
+    "source": {"topics": [SOURCE], "starting_offsets": "earliest"},
+    "destinations": [
+        {
+            "name": "pushes",
+            "topic": "github.pushes",
+            "filter": "/type,==,PushEvent",
+            "transform": "CONSTRUCT:actor=/actor/login:repo=/repo/name:commits=/payload/size",
+            "key_transform": "/repo",
+        },
+        {
+            "name": "pull-requests",
+            "topic": "github.pull_requests",
+            "filter": "/type,==,PullRequestEvent",
+            "transform": "CONSTRUCT:actor=/actor/login:repo=/repo/name:action=/payload/action:number=/payload/number",
+        },
+        {
+            "name": "push-commit-totals",
+            "topic": "github.push_commit_totals",
+            "filter": "/type,==,PushEvent",
+            "transform": "ARITHMETIC:ADD,/payload/size,/payload/distinct_size",
+        },
+        {"name": "archive", "topic": "github.archive"},
+    ],
+    "dlq": {"topic": "github.events.dlq"},
+    "delivery": {"mode": "at_least_once", "commit_strategy": {"kind": "time", "interval_ms": 1000}},
+}
+
+RUNBOOK = """\
+**Push event without a commit count** (`JsonPathNotFound` at `/payload/size`)
+
+The `pushes` destination builds `commits` from `payload.size`. Some producers drop the field for force pushes.
+
+1. Open a message and look at `payload.commits`: the commit count is its length.
+2. Fix the payload: add `"size": <that length>` inside `payload`. The check must say *would pass*.
+3. Replay it. It arrives on `github.pushes` within a few seconds.
+4. Many of them from one producer? Use **bulk skip** on this group with the producer's name as the reason,
+   and tell the producing team (#github-ingest).
+"""
+
+
+@dataclass(frozen=True)
+class DemoPeople:
+    """Who the demo created and their credentials (printed once per run; the passwords are new each run)."""
+
+    admin: User
+    admin_password: str
+    approver: User
+    approver_password: str
+    token: str
+
+
+def setup_people() -> DemoPeople:
+    """The ``operators`` team with an admin (``admin``) and a second person who approves (``approver``).
+    Passwords are generated anew on every run; an API token is kept for the admin."""
+    team, _ = Team.objects.get_or_create(name=TEAM, defaults={"description": "on-call data engineers"})
+    passwords = {}
+    users = {}
+    for username, role in (("admin", Role.ADMIN), ("approver", Role.APPROVER)):
+        user, _ = User.objects.get_or_create(username=username)
+        passwords[username] = secrets.token_urlsafe(12)
+        user.set_password(passwords[username])
+        user.save()
+        Membership.objects.update_or_create(user=user, team=team, defaults={"role": role})
+        users[username] = user
+    token, _ = Token.objects.get_or_create(user=users["admin"])
+    return DemoPeople(users["admin"], passwords["admin"], users["approver"], passwords["approver"], token.key)
+
+
+def ensure_topics(bootstrap: str) -> None:
+    """Create the source topic and the archive topic with its smaller record limit (the other destination
+    and DLQ topics are created by the pipeline start, as for any pipeline)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    existing = set(admin.list_topics(timeout=10).topics)
+    wanted = [
+        NewTopic(SOURCE, 2, 1),
+        NewTopic("github.archive", 2, 1, config={"max.message.bytes": str(ARCHIVE_MAX_BYTES)}),
+    ]
+    missing = [t for t in wanted if t.topic not in existing]
+    if missing:
+        for future in admin.create_topics(missing).values():
+            future.result(timeout=30)
+
+
+@transaction.atomic
+def setup_pipeline(people: DemoPeople) -> Pipeline:
+    """The demo pipeline (created, or revised to the current demo spec)."""
+    team = Team.objects.get(name=TEAM)
+    pipeline = Pipeline.objects.filter(name=PIPELINE).first()
+    if pipeline is None:
+        return create_pipeline(
+            actor=people.admin,
+            name=PIPELINE,
+            team=team,
+            spec=SPEC,
+            description="Public GitHub events: pushes and pull requests projected, everything archived.",
+        )
+    revise_pipeline(actor=people.admin, pipeline=pipeline, spec=SPEC, comment="demo spec")
+    pipeline.refresh_from_db()
+    return pipeline
+
+
+def attach_runbook(people: DemoPeople, pipeline: Pipeline) -> Runbook | None:
+    """Attach the runbook to the pipeline's JsonPathNotFound failure group once it exists (it appears with
+    the first such dead letter). Returns it, or None when the group is not there yet."""
+    group = (
+        FailureGroup.objects.filter(pipeline=pipeline, error_type="JsonPathNotFound")
+        .order_by("-count")
+        .first()
+    )
+    if group is None:
+        return None
+    existing = Runbook.objects.filter(group=group).first()
+    if existing is not None:
+        return existing
+    return save_runbook(
+        actor=people.admin,
+        team=pipeline.team,
+        title="Push event without a commit count",
+        body=RUNBOOK,
+        actions=["fix", "replay", "skip", "bulk_skip"],
+        group=group,
+    )
+
+
+# ------------------------------------------------------------------------------------------------ feeder
+
+
+def load_events(path: Path = EVENTS_FILE) -> list[dict[str, Any]]:
+    """The real GitHub events (one JSON object per line)."""
+    return [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+#: Corruptions, in rotation. Each turns one real event into a record the pipeline must dead-letter:
+#: name -> (expected error type, function from event dict to value bytes).
+def _truncated(event: dict[str, Any]) -> bytes:
+    text = json.dumps(event).encode()
+    return text[: len(text) // 2]
+
+
+def _invalid_utf8(event: dict[str, Any]) -> bytes:
+    return b"\xff\xfe" + json.dumps(event).encode()
+
+
+def _push_without_size(event: dict[str, Any]) -> bytes:
+    changed = copy.deepcopy(event)
+    changed["type"] = "PushEvent"
+    changed.setdefault("payload", {}).pop("size", None)
+    changed["payload"].setdefault("distinct_size", 1)
+    changed["payload"].setdefault("commits", [])
+    return json.dumps(changed).encode()
+
+
+def _size_not_a_number(event: dict[str, Any]) -> bytes:
+    changed = copy.deepcopy(event)
+    changed["type"] = "PushEvent"
+    changed.setdefault("payload", {})["size"] = "several"
+    changed["payload"].setdefault("distinct_size", 1)
+    return json.dumps(changed).encode()
+
+
+def _oversized(event: dict[str, Any]) -> bytes:
+    changed = copy.deepcopy(event)
+    changed["padding"] = "x" * (ARCHIVE_MAX_BYTES + 40_000)
+    return json.dumps(changed).encode()
+
+
+CORRUPTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], bytes]]] = {
+    "push_without_size": ("JsonPathNotFound", _push_without_size),
+    "truncated_json": ("MessageDeserialization", _truncated),
+    "push_without_size_2": ("JsonPathNotFound", _push_without_size),
+    "invalid_utf8": ("MessageDeserialization", _invalid_utf8),
+    "size_not_a_number": ("TransformEvaluation", _size_not_a_number),
+    "oversized": ("RecordTooLarge", _oversized),
+}
+
+
+def stream(events: list[dict[str, Any]], *, corrupt_every: int) -> Iterator[tuple[bytes, bytes, str]]:
+    """Endless (key, value, kind) records: the events in order, again and again, each with a fresh ``id``
+    (``<original>-<cycle>``) and ``created_at`` left as it was; every ``corrupt_every``-th record is
+    corrupted in the next way of ``CORRUPTIONS`` (``kind`` names it, ``ok`` for intact records)."""
+    kinds = list(CORRUPTIONS)
+    n = 0
+    cycle = 0
+    while True:
+        cycle += 1
+        for event in events:
+            n += 1
+            fresh = {**event, "id": f"{event.get('id')}-{cycle}"}
+            key = str((event.get("repo") or {}).get("name", "")).encode()
+            if corrupt_every and n % corrupt_every == 0:
+                kind = kinds[(n // corrupt_every) % len(kinds)]
+                yield key, CORRUPTIONS[kind][1](fresh), kind
+            else:
+                yield key, json.dumps(fresh).encode(), "ok"
+
+
+class Feeder:
+    """Produces ``stream`` records at ``rate`` records/s until ``stop`` is set; ``counts`` per kind."""
+
+    def __init__(self, bootstrap: str, *, rate: float, corrupt_every: int) -> None:
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, "linger.ms": 20, "message.max.bytes": 2_000_000, "acks": "all"}
+        )
+        self.rate = rate
+        self.corrupt_every = corrupt_every
+        self.stop = threading.Event()
+        self.counts: Counter[str] = Counter()
+
+    def run(self, events: list[dict[str, Any]]) -> None:
+        """Produce until stopped, pacing to the rate; flushes before returning."""
+        started = time.monotonic()
+        for produced, (key, value, kind) in enumerate(stream(events, corrupt_every=self.corrupt_every), 1):
+            if self.stop.is_set():
+                break
+            while True:
+                try:
+                    self.producer.produce(SOURCE, key=key, value=value)
+                    break
+                except BufferError:
+                    self.producer.poll(0.1)
+            self.producer.poll(0)
+            self.counts[kind] += 1
+            ahead = produced / self.rate - (time.monotonic() - started)
+            if ahead > 0:
+                self.stop.wait(ahead)
+        self.producer.flush(30)
