@@ -95,8 +95,31 @@ class MessageFilter:
         if self.until:
             qs = qs.filter(last_failed_at__lt=_when(self.until))
         if self.q:
-            qs = qs.filter(Q(key_text__startswith=self.q) | Q(error_message__icontains=self.q))
+            qs = qs.filter(_search(self.q))
         return qs
+
+
+def _search(text: str) -> Q:
+    """Key prefix OR error text, built so each side can use an index: the key side is a range on
+    ``key_text`` (SQLite does not index a case-insensitive LIKE), the text side matches the failure groups
+    (a small table) and becomes ``group_id IN (...)``. A side that matches nothing is left out, because an
+    OR with it would turn the whole search into a scan of every row (measured: 0.6 s at 1,000,000)."""
+    from dlq.models import DeadLetter, FailureGroup
+
+    by_key = Q(key_text__gte=text, key_text__lt=text + "\U0010ffff")
+    groups = list(
+        FailureGroup.objects.filter(
+            Q(signature__icontains=text) | Q(sample_message__icontains=text)
+        ).values_list("pk", flat=True)[:500]
+    )
+    key_hits = DeadLetter.objects.filter(by_key).exists()
+    if key_hits and groups:
+        return by_key | Q(group_id__in=groups)
+    if key_hits:
+        return by_key
+    if groups:
+        return Q(group_id__in=groups)
+    return Q(pk__in=[])
 
 
 def _when(text: str) -> datetime | None:

@@ -1,7 +1,8 @@
 """Failure groups: dead letters that failed the same way, so an on-call engineer works one group instead of
 a thousand messages. A group is pipeline + error type + a normalized error message (``signature``), where
 the parts that vary between records (numbers, offsets, ids, quoted values, hex) are replaced by
-placeholders.
+placeholders. Double-quoted text is a value (Java and JSON quote values that way); single-quoted text is
+usually a name (a field or header) and stays.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ _RULES: Final = (
     (re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"), "<uuid>"),
     (re.compile(r"\b\d{4}-\d{2}-\d{2}[T ][0-9:.]+(?:Z|[+-]\d{2}:?\d{2})?"), "<time>"),
     (re.compile(r"\b0x[0-9a-fA-F]+\b|\b[0-9a-fA-F]{16,}\b"), "<hex>"),
-    (re.compile(r"'[^']*'"), "'<v>'"),
     (re.compile(r'"[^"]*"'), '"<v>"'),
-    (re.compile(r"(?<![A-Za-z])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"), "<n>"),
+    # Not inside names: the 8 of "UTF-8", the 256 of "sha256" stay.
+    (re.compile(r"(?<![A-Za-z_-])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"), "<n>"),
     (re.compile(r"\s+"), " "),
 )
 

@@ -155,16 +155,19 @@ class DeadLetter(models.Model):
                 fields=["dlq_topic", "dlq_partition", "dlq_offset"], name="one_row_per_dlq_record"
             )
         ]
-        # The list is keyset-paginated on id (newest first), filtered by team and usually status and one
-        # more field: each index ends in id so the filter and the order are served together.
+        # The list is keyset-paginated on id (newest first) and usually filtered by one field: an index
+        # (field, id) serves the filter and the order together, and further filters (status, time) are
+        # checked along that index. (field, status, id) would need the status too, or a sort of every match.
         indexes = [
-            models.Index(fields=["team", "status", "id"], name="dl_team_status_id"),
-            models.Index(fields=["pipeline", "status", "id"], name="dl_pipeline_status_id"),
-            models.Index(fields=["group", "status", "id"], name="dl_group_status_id"),
-            models.Index(fields=["error_type", "status", "id"], name="dl_type_status_id"),
-            models.Index(fields=["pipeline_name", "status", "id"], name="dl_pname_status_id"),
+            models.Index(fields=["team", "id"], name="dl_team_id"),
+            models.Index(fields=["pipeline_name", "id"], name="dl_pname_id"),
+            models.Index(fields=["group", "id"], name="dl_group_id"),
+            models.Index(fields=["error_type", "id"], name="dl_type_id"),
+            models.Index(fields=["status", "id"], name="dl_status_id"),
+            models.Index(fields=["dlq_topic", "id"], name="dl_topic_id"),
             models.Index(fields=["last_failed_at", "id"], name="dl_failed_at_id"),
             models.Index(fields=["status", "status_changed_at"], name="dl_status_changed"),
+            models.Index(fields=["pipeline"], name="dl_pipeline"),  # for SET_NULL when a pipeline goes
         ]
 
     def __str__(self) -> str:

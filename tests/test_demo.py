@@ -1,0 +1,138 @@
+"""The main job, headless: ``python -m devstack --profile test demo`` starts the stack and the demo pipeline
+over real GitHub events; through the REST API alone this test fixes and replays one dead letter and sees it
+arrive on its destination topic, then stops the demo with SIGINT as a terminal's Ctrl-C would and checks that
+exactly what the demo started was stopped (the suite's own Kafka and Redis keep running)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from devstack.config import PROFILES
+from devstack.services import running_process
+from pipelines.spark import contract as c
+from tests.pipelines.spark.harness import consume_all
+
+pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.spark]
+
+REPO = Path(__file__).resolve().parents[1]
+PROFILE = PROFILES["test"]
+
+
+class Api:
+    """A tiny REST client for the running web process (the demo's own database, not pytest's)."""
+
+    def __init__(self, base: str, token: str) -> None:
+        self.base, self.token = base, token
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+        request = urllib.request.Request(  # noqa: S310  # http://127.0.0.1 from the profile
+            self.base + path,
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Token {self.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+                return response.status, json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read() or b"null")
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, log: Path) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(2)
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what}; demo output:\n{log.read_text()[-4000:]}"
+    )
+
+
+def test_the_demo_runs_headless_and_a_fixed_dead_letter_reaches_its_destination(tmp_path):
+    log = tmp_path / "demo.log"
+    before = {name for name in ("kafka", "redis") if running_process(PROFILE, name) is not None}
+    assert before == {"kafka", "redis"}, "make test starts the test profile's Kafka and Redis first"
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "devstack", "--profile", "test", "demo", "--rate", "100", "--corrupt-every", "10"],
+        cwd=REPO, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
+        env={k: v for k, v in os.environ.items() if k != "DATABASE_URL"},
+    )  # fmt: skip
+    try:
+        token = wait_for(
+            lambda: (m := re.search(r"API token:\s+(\w+)", log.read_text())) and m.group(1),
+            240,
+            "the demo",
+            log,
+        )
+        api = Api(PROFILE.web_url, token)
+        wait_for(
+            lambda: api.call("GET", "/api/pipelines/github-demo/")[1]["state"] == "running",
+            240,
+            "running",
+            log,
+        )
+        dead = wait_for(
+            lambda: [
+                m
+                for m in api.call(
+                    "GET", "/api/dlq/messages/?error_type=JsonPathNotFound&status=parked&q=CONSTRUCT"
+                )[1]["results"]
+                if m["destination"] == "pushes"
+            ],
+            240,
+            "a JsonPathNotFound dead letter of the pushes destination",
+            log,
+        )[0]
+        detail = api.call("GET", f"/api/dlq/messages/{dead['id']}/")[1]
+        event = json.loads(detail["value"]["text"])
+        event["payload"]["size"] = len(event["payload"].get("commits", []))
+        status, fixed = api.call(
+            "POST", f"/api/dlq/messages/{dead['id']}/fix/", {"value": event, "reason": "count the commits"}
+        )
+        assert status == 201, fixed
+        assert fixed["check"]["would_pass"] is True
+        status, replayed = api.call("POST", f"/api/dlq/messages/{dead['id']}/replay/", {})
+        assert status == 201, replayed
+        lineage = f"github.events/{replayed['partition']}/{replayed['offset']}"
+        arrived = wait_for(
+            lambda: [
+                r
+                for r in consume_all(settings.KAFKA_BOOTSTRAP_SERVERS, "github.pushes")
+                if r.header(c.H_LINEAGE) == lineage
+            ],
+            180,
+            f"the replayed record {lineage} on github.pushes",
+            log,
+        )
+        assert json.loads(arrived[0].value)["commits"] == event["payload"]["size"]
+        assert api.call("GET", f"/api/dlq/messages/{dead['id']}/")[1]["status"] == "replayed"
+        assert api.call("GET", "/api/pipelines/github-demo/metrics/")[1]["rates"]["consumed_per_second"] > 0
+    finally:
+        os.killpg(demo.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+        try:
+            code = demo.wait(timeout=240)
+        except subprocess.TimeoutExpired:
+            os.killpg(demo.pid, signal.SIGKILL)
+            raise
+    output = log.read_text()
+    assert "github-demo is stopped" in output, output[-3000:]
+    assert code in (0, 130), output[-3000:]
+    for name in ("web", "worker", "beat", "dlq-ingest"):
+        assert running_process(PROFILE, name) is None, f"{name} still runs after the demo"
+    assert running_process(PROFILE, "kafka") is not None
+    assert running_process(PROFILE, "redis") is not None
