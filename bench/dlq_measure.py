@@ -226,7 +226,7 @@ def ingest_rate(bootstrap: str, *, records: int, world: dict[str, Any]) -> dict[
         value = json.dumps({"type": "PushEvent", "pad": "x" * 900}).encode()
         for i in range(records):
             error_type, message = _FAILURES[i % len(_FAILURES)]
-            headers = [
+            headers: list[tuple[str, str | bytes | None]] = [
                 (c.H_ERROR, f"{message} (record {i})".encode()), (c.H_ERROR_TYPE, error_type.encode()),
                 (c.H_SOURCE_TOPIC, b"github.events"), (c.H_SOURCE_PARTITION, b"0"),
                 (c.H_SOURCE_OFFSET, str(i).encode()), (c.H_PIPELINE, b"bench-a"),
@@ -294,7 +294,7 @@ def bulk_replay_rate(bootstrap: str, *, records: int, world: dict[str, Any]) -> 
             store_batch(batch, owners)
         queued: list[int] = []
         original = services._enqueue
-        services._enqueue = lambda bulk: queued.append(bulk.pk)  # type: ignore[assignment]  # run it here
+        services._enqueue = lambda bulk: queued.append(bulk.pk)  # run it here
         try:
             bulk = services.create_bulk(
                 actor=world["operator"],
@@ -306,7 +306,7 @@ def bulk_replay_rate(bootstrap: str, *, records: int, world: dict[str, Any]) -> 
             if bulk.state == BulkState.AWAITING_APPROVAL:
                 services.approve(actor=world["admin"], approval=bulk.approvals.get())
         finally:
-            services._enqueue = original  # type: ignore[assignment]
+            services._enqueue = original
         started = time.perf_counter()
         done = services.run_bulk(bulk_id=bulk.pk)
         elapsed = time.perf_counter() - started
