@@ -56,6 +56,8 @@ class MessageFilter:
                     values[name] = int(str(raw))
                 except (TypeError, ValueError):
                     raise FilterError(name, "must be a failure group id (an integer)") from None
+                if not 0 < values[name] < 2**63:  # a database id, not any integer (SQLite's are 64-bit)
+                    raise FilterError(name, "must be a failure group id (an integer)")
             else:
                 values[name] = str(raw).strip()
         made = cls(**values)

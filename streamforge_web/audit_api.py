@@ -81,6 +81,7 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet[AuditEvent]):
     serializer_class = AuditEventSerializer
     pagination_class = NewestEventsFirst
     lookup_field = "sequence"
+    lookup_value_regex = "[0-9]+"
 
     def get_queryset(self) -> QuerySet[AuditEvent]:
         params = self.request.query_params

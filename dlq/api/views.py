@@ -103,6 +103,8 @@ class DeadLetterViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[DeadLe
     ``fix/``, ``replay/``, ``skip/``, ``delete/`` (a request an approver must approve): operator.
     """
 
+    lookup_value_regex = "[0-9]+"
+
     serializer_class = DeadLetterListSerializer
     pagination_class = NewestFirst
 
@@ -177,8 +179,8 @@ class DeadLetterViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[DeadLe
         return Response(DeadLetterListSerializer(row).data)
 
     @extend_schema(request=ReasonSerializer, responses={202: ApprovalSerializer})
-    @action(detail=True, methods=["post"])
-    def delete(self, request: Request, pk: str) -> Response:
+    @action(detail=True, methods=["post"], url_path="delete", url_name="delete")
+    def request_delete(self, request: Request, pk: str) -> Response:
         """Ask for the payload to be erased; a different approver must approve it."""
         serializer = ReasonSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -193,6 +195,8 @@ class DeadLetterViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[DeadLe
 class ApprovalViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[ApprovalRequest]):
     """``/api/dlq/approvals/``: requests of the caller's teams (``?state=pending``). ``approve/`` and
     ``reject/``: the approver role, never on one's own request."""
+
+    lookup_value_regex = "[0-9]+"
 
     serializer_class = ApprovalSerializer
 
@@ -240,6 +244,8 @@ class FailureGroupViewSet(viewsets.ReadOnlyModelViewSet[FailureGroup]):
     parked count, the hourly trend of the last 24 hours and their runbooks. Filters: ``pipeline``,
     ``error_type``."""
 
+    lookup_value_regex = "[0-9]+"
+
     serializer_class = FailureGroupSerializer
 
     def get_queryset(self) -> QuerySet[FailureGroup]:
@@ -280,6 +286,8 @@ class BulkViewSet(ServiceErrorsMixin, mixins.CreateModelMixin, viewsets.ReadOnly
     """``/api/dlq/bulk/``: bulk replays and skips. ``POST`` with ``dry_run: true`` counts what the filter
     selects; without it, creates the action (202; queued, or awaiting approval when large).
     ``pause/``, ``resume/``, ``cancel/``: operator."""
+
+    lookup_value_regex = "[0-9]+"
 
     serializer_class = BulkSerializer
 
@@ -340,6 +348,8 @@ class BulkViewSet(ServiceErrorsMixin, mixins.CreateModelMixin, viewsets.ReadOnly
 class RunbookViewSet(ServiceErrorsMixin, viewsets.ModelViewSet[Runbook]):
     """``/api/dlq/runbooks/``: read by every member of the team; written by admins."""
 
+    lookup_value_regex = "[0-9]+"
+
     serializer_class = RunbookSerializer
 
     def get_queryset(self) -> QuerySet[Runbook]:
@@ -396,6 +406,8 @@ class RunbookViewSet(ServiceErrorsMixin, viewsets.ModelViewSet[Runbook]):
 class DlqTopicViewSet(ServiceErrorsMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet[DlqTopic]):
     """``/api/dlq/topics/``: extra DLQ topics (Kafka Connect, Spring Kafka...) the ingester reads. Register:
     admin."""
+
+    lookup_value_regex = "[0-9]+"
 
     serializer_class = DlqTopicSerializer
 

@@ -230,6 +230,9 @@ def test_the_list_filters_searches_and_pages_with_a_cursor(people, parked, pipel
     bad = api.get("/api/dlq/messages/", {"status": "lost"})
     assert bad.status_code == 400
     assert "status" in bad.json()
+    huge = api.get("/api/dlq/messages/", {"group": str(10**30)})
+    assert huge.status_code == 400
+    assert api.get(f"/api/dlq/messages/{10**30}/").status_code == 404
     bad_time = api.get("/api/dlq/messages/", {"since": "yesterday"})
     assert bad_time.status_code == 400
     assert "since" in bad_time.json()

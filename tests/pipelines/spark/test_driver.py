@@ -81,6 +81,12 @@ def _corpus() -> tuple[list[tuple[bytes | None, bytes | None]], dict[int, str]]:
     add(lines[1].replace(b'"type"', b'"ty\xff\xfepe"'), "invalid UTF-8")
     add(b"", "empty value")
     add(None, "null value (tombstone)")
+    add(bytes(range(256)) * 4, "binary (every byte value)")
+    add(b"\x00\x01\x02\x03", "binary, short")
+    add(
+        b'{"id": "deep", "a": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+        "nested 5,000 deep (over every parser's limit)",
+    )
     huge = copy.deepcopy(next(e for e in events if e["type"] == "PushEvent"))
     huge["id"] = "oversized-1"
     huge["payload"]["commits"][0]["message"] = "x" * 1_500_000
