@@ -106,6 +106,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "streamforge_web.context_processors.identity",
+                "dlq.context_processors.dlq_nav",
             ],
         },
     },
