@@ -22,12 +22,13 @@ import redis
 from confluent_kafka.admin import NewTopic
 from django.conf import settings
 from django.db import connection
+from django.db.models import F
 from django.utils import timezone
 from playwright.sync_api import expect
 
 from dlq import services
 from dlq.ingest import Record, TopicOwner, store_batch
-from dlq.models import BulkAction, DeadLetter, GroupHourlyCount, Replay, Status
+from dlq.models import BulkAction, DeadLetter, FailureGroup, GroupHourlyCount, Replay, Status
 from pipelines.services import create_pipeline
 from streamforge_web.models import AuditEvent, Role
 from tests.browser.conftest import screenshot
@@ -159,6 +160,7 @@ def test_an_operator_fixes_a_payload_checks_it_replays_it_and_sees_the_audit_ent
     expect(page.get_by_test_id("fix-diff").locator(".diff-add")).to_contain_text(['"size": 1'])
     expect(page.get_by_test_id("fix-save")).to_be_disabled()  # no reason yet
     page.get_by_test_id("fix-reason").fill("size from the commit count")
+    page.get_by_test_id("value-tab-pretty").click()
     screenshot(page, "dlq-message")
     page.get_by_test_id("fix-save").click()
     expect(page.get_by_test_id("flash")).to_contain_text("Saved as payload revision 1; it would pass now")
@@ -313,8 +315,12 @@ def test_a_runbook_leads_to_a_counted_bulk_replay_whose_progress_moves_live(
     )
     group = parked[0].group
     now = timezone.now().replace(minute=0, second=0, microsecond=0)
-    for hours_ago, count in ((20, 3), (14, 9), (9, 4), (5, 12), (2, 7)):  # earlier arrivals: the trend
+    earlier = ((20, 3), (14, 9), (9, 4), (5, 12), (2, 7))  # arrivals before these four, already handled
+    for hours_ago, count in earlier:
         GroupHourlyCount.objects.create(group=group, hour=now - timedelta(hours=hours_ago), count=count)
+    FailureGroup.objects.filter(pk=group.pk).update(
+        count=F("count") + sum(n for _, n in earlier), first_seen=now - timedelta(hours=20)
+    )
     services.save_runbook(
         actor=people["admin"],
         team=team,
