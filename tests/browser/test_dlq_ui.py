@@ -128,7 +128,7 @@ def in_thread(work) -> None:
 
 
 def fixed(value: bytes, size: int) -> dict:
-    event = json.loads(value)
+    event: dict = json.loads(value)
     event["payload"]["size"] = size
     return event
 
@@ -297,11 +297,12 @@ def take_queued_task(bulk_id: int) -> bool:
     """Remove the ``dlq.run_bulk`` task the web process queued for this bulk action from the Celery queue
     in Redis (no worker runs in the browser tests; the test runs the task's body itself)."""
     client = redis.Redis.from_url(settings.REDIS_URL)
-    for raw in client.lrange("celery", 0, -1):
+    queued: list[bytes] = client.lrange("celery", 0, -1)  # type: ignore[assignment]  # sync client
+    for raw in queued:
         message = json.loads(raw)
         headers = message.get("headers", {})
         if headers.get("task") == "dlq.run_bulk" and headers.get("argsrepr") == f"({bulk_id},)":
-            client.lrem("celery", 1, raw)
+            client.lrem("celery", 1, raw.decode())
             return True
     return False
 
