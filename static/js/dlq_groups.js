@@ -32,7 +32,7 @@
       actions: f.getAll("actions"),
     };
     if (f.get("attach") === "group") {
-      body.group = Number(form.dataset.group);
+      body.group = Number(form.dataset.groupId);
     } else {
       body.group = null;
       body.error_type = form.dataset.errorType;

@@ -293,22 +293,22 @@ def test_new_dead_letters_appear_on_the_list_and_the_overview_without_a_reload(
     expect(backlog).to_have_text("4")  # leaving "parked" lowers the backlog too
 
 
-def take_queued_task(bulk_id: int) -> bool:
-    """Remove the ``dlq.run_bulk`` task the web process queued for this bulk action from the Celery queue
-    in Redis (no worker runs in the browser tests; the test runs the task's body itself)."""
+def take_queued_task(queue: str, bulk_id: int) -> bool:
+    """Take the ``dlq.run_bulk`` task the web process queued for this bulk action off its Celery queue in
+    Redis (the browser tests' own queue; no worker runs here: the test runs the task's body itself)."""
     client = redis.Redis.from_url(settings.REDIS_URL)
-    queued: list[bytes] = client.lrange("celery", 0, -1)  # type: ignore[assignment]  # sync client
+    queued: list[bytes] = client.lrange(queue, 0, -1)  # type: ignore[assignment]  # sync client
     for raw in queued:
         message = json.loads(raw)
         headers = message.get("headers", {})
         if headers.get("task") == "dlq.run_bulk" and headers.get("argsrepr") == f"({bulk_id},)":
-            client.lrem("celery", 1, raw.decode())
+            client.lrem(queue, 1, raw.decode())
             return True
     return False
 
 
 def test_a_runbook_leads_to_a_counted_bulk_replay_whose_progress_moves_live(
-    open_page, people, pipeline, bad_push, team
+    open_page, asgi_server, people, pipeline, bad_push, team
 ):
     parked = store(
         pipeline,
@@ -366,7 +366,7 @@ def test_a_runbook_leads_to_a_counted_bulk_replay_whose_progress_moves_live(
     expect(row.locator('[data-field="state"]')).to_have_text("queued")
     expect(row.get_by_test_id("bulk-cancel")).to_be_visible()
 
-    assert take_queued_task(bulk.pk), "the web process did not queue the bulk task for a worker"
+    assert take_queued_task(asgi_server.celery_queue, bulk.pk), "the web process queued no task for a worker"
     worker = threading.Thread(target=lambda: (services.run_bulk(bulk_id=bulk.pk), connection.close()))
     worker.start()  # what the Celery worker's task does: dlq.tasks.run_bulk calls only this
     expect(row.locator('[data-field="counts"]')).to_contain_text("2 / 4")
@@ -378,3 +378,23 @@ def test_a_runbook_leads_to_a_counted_bulk_replay_whose_progress_moves_live(
     )
     assert set(DeadLetter.objects.filter(group=group).values_list("status", flat=True)) == {Status.REPLAYED}
     assert AuditEvent.objects.filter(action="dlq.replay", reason__startswith=f"bulk #{bulk.pk}").count() == 4
+
+
+def test_an_admin_writes_a_runbook_beside_its_group(open_page, people, pipeline, bad_push):
+    [dead] = store(pipeline, [(b"k", bad_push, "JsonPathNotFound", "path /payload/size not found")])
+    page = open_page(people["admin"])
+    page.goto(f"/dlq/groups/?pipeline={pipeline.name}")
+    card = page.locator(f'[data-group="{dead.group_id}"]')
+    expect(card).to_contain_text("No runbook for this failure yet.")
+    card.get_by_text("Add a runbook").click()
+    form = card.locator(".runbook-form")
+    form.locator("input[name=title]").fill("Size missing")
+    form.locator("textarea[name=body]").fill("Ask the relay team.\n\n- then **bulk skip**\n- <b>not bold</b>")
+    form.locator('input[name=actions][value="bulk_skip"]').check()
+    form.get_by_role("button", name="Add runbook").click()
+    runbook = page.locator(f'[data-group="{dead.group_id}"]').get_by_test_id("runbook")
+    expect(runbook).to_contain_text("Size missing")
+    expect(runbook.locator("strong")).to_have_text("bulk skip")
+    expect(runbook).to_contain_text("<b>not bold</b>")  # shown as the text it is
+    expect(runbook.get_by_role("link", name="Bulk skip this group")).to_be_visible()
+    assert AuditEvent.objects.filter(action="runbook.create", actor_name="ada").exists()
