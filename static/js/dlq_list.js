@@ -65,5 +65,16 @@
     }
   }
 
-  dlq.connect(onMessage, function () { dlq.refresh(newest ? ["status-tabs", "dlq-rows"] : ["status-tabs"]); });
+  // A bulk action reports progress per chunk, not per message: re-read the counts when it moves.
+  let countsTimer = null;
+  function onAny(msg) {
+    if (msg.type === "dlq.bulk") {
+      window.clearTimeout(countsTimer);
+      countsTimer = window.setTimeout(function () { dlq.refresh(["status-tabs"]); }, 1000);
+      return;
+    }
+    onMessage(msg);
+  }
+
+  dlq.connect(onAny, function () { dlq.refresh(newest ? ["status-tabs", "dlq-rows"] : ["status-tabs"]); });
 })();

@@ -112,8 +112,8 @@
       const now = Number(cell.textContent.replace(/,/g, "")) + msg.count;
       setField(tr, "dlq_backlog", fmt(now));
       cell.classList.toggle("muted", now === 0);
-    } else if (msg.type === "dlq.message") {
-      reloadSoon();
+    } else if (msg.type === "dlq.message" || msg.type === "dlq.bulk") {
+      reloadSoon();  // a bulk action reports progress per chunk, not per message
     }
   }
 
