@@ -313,6 +313,21 @@ def check_payload(*, dead_letter: DeadLetter, value: bytes) -> dict[str, Any]:
     }
 
 
+def check_draft(*, actor: AnyUser, dead_letter: DeadLetter, value: bytes) -> dict[str, Any]:
+    """What saving ``value`` as a fix would give, without storing anything: the DSL check
+    (``check_payload``), the diff against the original payload, and whether it equals the current payload
+    (a fix that changes nothing is refused). Needs the operator role, like the fix it previews.
+    """
+    require_role(actor, dead_letter.team, Role.OPERATOR)
+    original = bytes(dead_letter.value) if dead_letter.value is not None else None
+    current, _ = current_payload(dead_letter)
+    return {
+        "check": check_payload(dead_letter=dead_letter, value=value),
+        "diff": payload_diff(original, value),
+        "unchanged": current == value,
+    }
+
+
 def fix_payload(*, actor: User, dead_letter: DeadLetter, value: bytes, reason: str) -> PayloadRevision:
     """Store a new payload revision (the original and earlier fixes are kept) with its diff against the
     previous payload and the DSL check of the new one. Needs the operator role; the dead letter must be

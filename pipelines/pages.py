@@ -30,7 +30,8 @@ def visible_pipelines(user: AnyUser) -> Any:
 @dataclass(frozen=True)
 class OverviewRow:
     """One pipeline on the overview: its states, ``figures`` (rates, lag, worst partition, dead-lettered
-    total, see ``broadcast.LiveFigures``) and the alerts firing now (rule, severity, summary)."""
+    total, see ``broadcast.LiveFigures``), the alerts firing now (rule, severity, summary) and its DLQ
+    backlog: dead letters parked in the console, waiting for an operator."""
 
     name: str
     team: str
@@ -40,6 +41,7 @@ class OverviewRow:
     revision: int | None
     figures: LiveFigures
     alerts: list[dict[str, str]]
+    dlq_backlog: int
 
     def as_json(self) -> dict[str, Any]:
         """The row as JSON (what ``/pipelines/overview.json`` returns after a reconnect)."""
@@ -52,11 +54,12 @@ class OverviewRow:
             "revision": self.revision,
             "figures": self.figures,
             "alerts": self.alerts,
+            "dlq_backlog": self.dlq_backlog,
         }
 
 
 def overview_rows(user: AnyUser, *, now_ms: int | None = None) -> list[OverviewRow]:
-    """Every pipeline the user may see, with its live figures and firing alerts, by name."""
+    """Every pipeline the user may see, with its live figures, firing alerts and DLQ backlog, by name."""
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
     pipelines = list(visible_pipelines(user))
     firing: dict[int, list[dict[str, str]]] = {}
@@ -64,6 +67,10 @@ def overview_rows(user: AnyUser, *, now_ms: int | None = None) -> list[OverviewR
         firing.setdefault(alert.pipeline_id, []).append(
             {"rule": alert.rule, "severity": alert.severity, "summary": alert.summary}
         )
+    # Imported here: the DLQ app builds on the pipelines app, not the other way round.
+    from dlq.pages import parked_backlog
+
+    backlog = parked_backlog([p.pk for p in pipelines])
     return [
         OverviewRow(
             name=p.name,
@@ -74,6 +81,7 @@ def overview_rows(user: AnyUser, *, now_ms: int | None = None) -> list[OverviewR
             revision=p.current_revision.number if p.current_revision else None,
             figures=progress.live_figures(pipeline_id=p.pk, now_ms=now_ms),
             alerts=firing.get(p.pk, []),
+            dlq_backlog=backlog.get(p.pk, 0),
         )
         for p in pipelines
     ]

@@ -29,6 +29,7 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | STREAMFORGE_DLQ_MASKED_PATHS | (none) | comma-separated JSON paths (`/actor/email`) masked in payloads for viewers |
 | STREAMFORGE_DLQ_PRODUCE_TIMEOUT | 20 | seconds a replayed record may take to be acknowledged (Kafka delivery.timeout.ms) |
 | STREAMFORGE_DLQ_BULK_APPROVAL_THRESHOLD | 1000 | bulk actions selecting more messages than this need an approver |
+| STREAMFORGE_CELERY_QUEUE | celery | the Celery queue the web process sends tasks to and workers read (tests on a shared Redis use their own) |
 | STREAMFORGE_DLQ_BULK_STALE | 60 | seconds without a bulk worker heartbeat before another takes over (keep above the produce timeout + 25) |
 """
 
@@ -106,6 +107,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "streamforge_web.context_processors.identity",
+                "dlq.context_processors.dlq_nav",
             ],
         },
     },
@@ -192,6 +194,9 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = TIME_ZONE
+# Web and workers read it from the same environment, so they always agree; a test run on a Redis shared with
+# other runs names its own queue, and no one else's worker takes its tasks.
+CELERY_TASK_DEFAULT_QUEUE = env_str("STREAMFORGE_CELERY_QUEUE", "celery")
 
 # Supervision of pipeline drivers (pipelines.supervision) and the beat's schedule.
 RECONCILE_SECONDS = env_int("STREAMFORGE_RECONCILE_SECONDS", 5, minimum=1)

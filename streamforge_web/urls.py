@@ -6,6 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
+from dlq import views as dlq_views
 from pipelines.metrics import metrics_view
 from streamforge_web import health, views
 from streamforge_web.audit_api import AuditEventViewSet, AuditVerifyView
@@ -26,6 +27,8 @@ urlpatterns = [
     path("api/dlq/", include("dlq.api.urls")),
     path("api/audit/verify/", AuditVerifyView.as_view(), name="audit-verify"),
     path("api/", include(audit_router.urls)),
+    path("dlq/", include("dlq.urls")),
+    path("audit/", dlq_views.audit_log, name="audit-log"),
     path("", include("pipelines.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

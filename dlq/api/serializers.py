@@ -79,14 +79,39 @@ class FixSerializer(serializers.Serializer[dict[str, Any]]):
     reason = serializers.CharField(max_length=2000)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if ("value" in attrs) == ("value_base64" in attrs):
-            raise serializers.ValidationError({"value": "give exactly one of value or value_base64"})
-        if "value_base64" in attrs:
-            try:
-                attrs["value"] = base64.b64decode(attrs.pop("value_base64"), validate=True)
-            except (binascii.Error, ValueError):
-                raise serializers.ValidationError({"value_base64": "is not valid base64"}) from None
-        return attrs
+        return _one_payload(attrs)
+
+
+def _one_payload(attrs: dict[str, Any]) -> dict[str, Any]:
+    """Exactly one of ``value`` / ``value_base64``, as bytes in ``value``."""
+    if ("value" in attrs) == ("value_base64" in attrs):
+        raise serializers.ValidationError({"value": "give exactly one of value or value_base64"})
+    if "value_base64" in attrs:
+        try:
+            attrs["value"] = base64.b64decode(attrs.pop("value_base64"), validate=True)
+        except (binascii.Error, ValueError):
+            raise serializers.ValidationError({"value_base64": "is not valid base64"}) from None
+    return attrs
+
+
+class CheckSerializer(serializers.Serializer[dict[str, Any]]):
+    """``POST .../check/``: a draft payload, ``value`` (JSON or raw text) or ``value_base64``; nothing is
+    stored."""
+
+    value = PayloadField(required=False)
+    value_base64 = serializers.CharField(required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        return _one_payload(attrs)
+
+
+class CheckResultSerializer(serializers.Serializer[dict[str, Any]]):
+    """What a fix with this payload would give: the DSL check, the diff against the original, and whether
+    it equals the current payload."""
+
+    check = serializers.DictField()
+    diff = serializers.CharField()
+    unchanged = serializers.BooleanField()
 
 
 class ReplaySerializer(serializers.Serializer[dict[str, Any]]):

@@ -26,6 +26,8 @@ from dlq.api.serializers import (
     ApprovalSerializer,
     BulkCreateSerializer,
     BulkSerializer,
+    CheckResultSerializer,
+    CheckSerializer,
     DeadLetterListSerializer,
     DlqTopicCreateSerializer,
     DlqTopicSerializer,
@@ -100,7 +102,8 @@ class DeadLetterViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[DeadLe
     """``/api/dlq/messages/``: parked messages of the caller's teams.
 
     Read: viewer (payload paths in STREAMFORGE_DLQ_MASKED_PATHS are masked for viewers).
-    ``fix/``, ``replay/``, ``skip/``, ``delete/`` (a request an approver must approve): operator.
+    ``check/`` (a draft fix, stored nowhere), ``fix/``, ``replay/``, ``skip/``, ``delete/`` (a request an
+    approver must approve): operator.
     """
 
     lookup_value_regex = "[0-9]+"
@@ -147,6 +150,18 @@ class DeadLetterViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[DeadLe
             {"payload_revision": revision.number, "diff": revision.diff, "check": revision.dsl_check},
             status=status.HTTP_201_CREATED,
         )
+
+    @extend_schema(request=CheckSerializer, responses={200: CheckResultSerializer})
+    @action(detail=True, methods=["post"])
+    def check(self, request: Request, pk: str) -> Response:
+        """Would this draft payload pass the pipeline now, and how does it differ from the original?
+        Stores nothing (the fix editor asks before saving); operator role, like the fix."""
+        serializer = CheckSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        result = services.check_draft(
+            actor=request.user, dead_letter=self._dead_letter(pk), value=serializer.validated_data["value"]
+        )
+        return Response(CheckResultSerializer(result).data)
 
     @extend_schema(request=ReplaySerializer, responses={201: ReplayResultSerializer})
     @action(detail=True, methods=["post"])

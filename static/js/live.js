@@ -10,6 +10,15 @@ window.StreamForgeLive = (function () {
   const BASE_DELAY_MS = 1000;
   const MAX_DELAY_MS = 30000;
 
+  // A page may hold more than one socket (the overview: pipelines and DLQ); the indicator shows the worst.
+  const RANK = { offline: 3, reconnecting: 2, connecting: 1, live: 0 };
+  const sockets = [];
+
+  function showWorst() {
+    const worst = sockets.reduce(function (w, s) { return RANK[s.state] > RANK[w.state] ? s : w; }, sockets[0]);
+    if (worst) setIndicator(worst.state, worst.text);
+  }
+
   function setIndicator(state, text) {
     const el = document.getElementById("live-indicator");
     if (!el) return;
@@ -30,6 +39,9 @@ window.StreamForgeLive = (function () {
     let everOpened = false;
     let stopped = false;
     let timer = null;
+    const mine = { state: "connecting", text: "connecting" };
+    sockets.push(mine);
+    function report(state, text) { mine.state = state; mine.text = text; showWorst(); }
 
     function open() {
       timer = null;
@@ -38,7 +50,7 @@ window.StreamForgeLive = (function () {
         const reconnected = everOpened;
         everOpened = true;
         failures = 0;
-        setIndicator("live", "live");
+        report("live", "live");
         if (reconnected && handlers.onReconnect) handlers.onReconnect();
       };
       socket.onmessage = function (event) {
@@ -50,13 +62,13 @@ window.StreamForgeLive = (function () {
         socket = null;
         if (stopped) return;
         if (FINAL_CODES.has(event.code)) {
-          setIndicator("offline", event.code === 4401 ? "signed out" : "not allowed");
+          report("offline", event.code === 4401 ? "signed out" : "not allowed");
           return;
         }
         failures += 1;
         const ceiling = Math.min(MAX_DELAY_MS, BASE_DELAY_MS * Math.pow(2, failures - 1));
         const delay = ceiling / 2 + Math.random() * ceiling / 2;  // jitter: many tabs do not retry in step
-        setIndicator("reconnecting", "reconnecting");
+        report("reconnecting", "reconnecting");
         timer = window.setTimeout(open, delay);
       };
     }
@@ -81,5 +93,10 @@ window.StreamForgeLive = (function () {
     return input ? input.value : "";
   }
 
-  return { connect: connect, formatNumber: formatNumber, csrfToken: csrfToken, setIndicator: setIndicator };
+  /** Whether every socket of the page is open (pages poll as a fallback while one is not). */
+  function isLive() {
+    return sockets.length > 0 && sockets.every(function (s) { return s.state === "live"; });
+  }
+
+  return { connect: connect, formatNumber: formatNumber, csrfToken: csrfToken, setIndicator: setIndicator, isLive: isLive };
 })();

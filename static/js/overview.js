@@ -1,6 +1,9 @@
-/* The overview, live: progress updates refresh a pipeline's rates, lag and dead-lettered count, status
- * updates its state, alert updates its alert badges. After a reconnect the whole table is reloaded from
- * /pipelines/overview.json, since updates sent while the socket was down are not replayed. */
+/* The overview, live: progress updates refresh a pipeline's rates and lag, status updates its state, alert
+ * updates its alert badges (all over /ws/pipelines/). The DLQ backlog (parked dead letters) comes from a
+ * second socket, /ws/dlq/: an arrival raises it at once by its count; a dead letter leaving "parked"
+ * (replayed, skipped, deleted) carries no pipeline name, so the rows are re-read from
+ * /pipelines/overview.json (debounced). After a reconnect the whole table is re-read too, since updates
+ * sent while a socket was down are not replayed. */
 "use strict";
 
 (function () {
@@ -28,7 +31,6 @@
     setField(tr, "lag", fmt(figures.lag));
     const w = figures.worst_partition;
     setField(tr, "worst_partition", w ? w.topic + "/" + w.partition + ": " + fmt(w.lag) : "–");
-    setField(tr, "dead_lettered", fmt(figures.dead_lettered));
   }
 
   function showState(tr, state) {
@@ -87,10 +89,33 @@
           showFigures(tr, p.figures);
           showState(tr, p.state);
           showAlerts(tr, p.alerts);
+          setField(tr, "dlq_backlog", fmt(p.dlq_backlog));
+          tr.querySelector('[data-field="dlq_backlog"]').classList.toggle("muted", !p.dlq_backlog);
         });
       })
       .catch(function (e) { console.warn("overview reload failed", e); });
   }
 
   live.connect("/ws/pipelines/", { onMessage: onMessage, onReconnect: reload });
+
+  let reloadTimer = null;
+  function reloadSoon() {
+    window.clearTimeout(reloadTimer);
+    reloadTimer = window.setTimeout(reload, 500);  // a bulk replay sends an update per message
+  }
+
+  function onDlqMessage(msg) {
+    if (msg.type === "dlq.arrived") {
+      const tr = row(msg.pipeline);
+      if (!tr) return;
+      const cell = tr.querySelector('[data-field="dlq_backlog"]');
+      const now = Number(cell.textContent.replace(/,/g, "")) + msg.count;
+      setField(tr, "dlq_backlog", fmt(now));
+      cell.classList.toggle("muted", now === 0);
+    } else if (msg.type === "dlq.message" || msg.type === "dlq.bulk") {
+      reloadSoon();  // a bulk action reports progress per chunk, not per message
+    }
+  }
+
+  live.connect("/ws/dlq/", { onMessage: onDlqMessage, onReconnect: reload });
 })();

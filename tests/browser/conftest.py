@@ -15,10 +15,12 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from django.conf import settings
 from django.db import connections
 from django.test import Client
@@ -43,6 +45,7 @@ class AsgiServer:
         self.database = database
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
+        self.celery_queue = f"browser-tests-{uuid.uuid4().hex[:12]}"
 
     @property
     def url(self) -> str:
@@ -55,6 +58,9 @@ class AsgiServer:
             "DJANGO_DEBUG": "true",
             "STREAMFORGE_HTTPS": "false",
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+            # Tasks the pages queue (bulk actions) go to a queue of this run's own: the test Redis is shared,
+            # and a worker of another run must not take them. The tests read them from there.
+            "STREAMFORGE_CELERY_QUEUE": self.celery_queue,
         }
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
@@ -107,6 +113,7 @@ def asgi_server(django_db_setup, tmp_path_factory) -> Iterator[AsgiServer]:
     server.start()
     yield server
     server.stop()
+    redis.Redis.from_url(settings.REDIS_URL).delete(server.celery_queue)  # tasks no test took
 
 
 @pytest.fixture(scope="package")

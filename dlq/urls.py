@@ -1,0 +1,13 @@
+"""URLs of the DLQ console pages (mounted under /dlq/)."""
+
+from django.urls import URLPattern, path
+
+from dlq import views
+
+urlpatterns: list[URLPattern] = [
+    path("", views.message_list, name="dlq-list"),
+    path("messages/<int:pk>/", views.message_detail, name="dlq-message"),
+    path("groups/", views.group_list, name="dlq-groups"),
+    path("bulk/", views.bulk, name="dlq-bulk"),
+    path("approvals/", views.approval_list, name="dlq-approvals"),
+]

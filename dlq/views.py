@@ -1,0 +1,205 @@
+"""Pages of the DLQ console: the message list, a message's page with the fix editor, failure groups with
+runbooks, bulk actions, the approvals queue, and the audit log (admins).
+
+The pages are read-only views: their buttons call the REST API under ``/api/dlq/`` with ``fetch()`` and the
+session's CSRF token (see static/js/dlq.js), so a click in the browser and a script's request go through
+the same serializer and the same ``dlq.services`` function, with the same permission check and audit event.
+A button a user may not use is not rendered; the API refuses it anyway.
+
+Visibility before roles, as on the pipeline pages: another team's dead letter is a 404.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.views.decorators.http import require_GET
+
+from dlq import pages, services
+from dlq.models import BulkKind, BulkState, FailureGroup, RunbookAction, Status
+from pipelines.pages import diff_lines
+from streamforge_web.audit import verify_chain
+from streamforge_web.models import Role
+from streamforge_web.permissions import is_admin, visible_teams
+
+#: Bulk actions in these states may still change, so the bulk page keeps polling them.
+BULK_LIVE_STATES = (BulkState.AWAITING_APPROVAL, BulkState.QUEUED, BulkState.RUNNING)
+
+
+@login_required
+@require_GET
+def message_list(request: HttpRequest) -> HttpResponse:
+    """``/dlq/``: dead letters of the user's teams with filters, text search, keyset pages and counts per
+    status; new arrivals are announced live over ``/ws/dlq/``."""
+    query = pages.list_query(request.GET)
+    page = pages.message_rows(
+        request.user,
+        query.selection,
+        before=pages.parse_cursor(request.GET.get("before")),
+        after=pages.parse_cursor(request.GET.get("after")),
+    )
+    group = None
+    if query.selection.group is not None:
+        group = FailureGroup.objects.filter(
+            pk=query.selection.group, team__in=visible_teams(request.user)
+        ).first()
+    counts = pages.status_counts(request.user, query.selection)
+    status_params = request.GET.copy()
+    for name in ("status", "before", "after"):
+        status_params.pop(name, None)
+    return render(
+        request,
+        "dlq/list.html",
+        {
+            "query": query,
+            "page": page,
+            "group": group,
+            "status_tabs": [(value, label.lower(), counts[value]) for value, label in Status.choices],
+            "total": sum(counts.values()),
+            "choices": pages.filter_choices(request.user),
+            "ranges": list(pages.RANGES),
+            "status_base": status_params.urlencode(),
+            "live_match": query.live_match(),
+        },
+    )
+
+
+@login_required
+@require_GET
+def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """``/dlq/messages/<id>/``: everything ``services.inspect`` returns, the payload as pretty JSON / raw /
+    hex, the audit trail, and for operators the fix editor and replay / skip / delete-request buttons."""
+    dead_letter = get_object_or_404(
+        services.visible_dead_letters(request.user).select_related("team", "pipeline__current_revision"),
+        pk=pk,
+    )
+    info = services.inspect(user=request.user, dead_letter=dead_letter)
+    masked = services.masked_paths_for(request.user, dead_letter.team)
+    roles = pages.roles_of(request.user)
+    can_operate = roles.at_least(dead_letter.team_id, Role.OPERATOR)
+    editor_text, editor_mode = pages.editor_text(dead_letter) if can_operate else ("", "text")
+    pending_delete = any(a["kind"] == "delete" and a["state"] == "pending" for a in info["approvals"])
+    return render(
+        request,
+        "dlq/message.html",
+        {
+            "dl": dead_letter,
+            "info": info,
+            "value": pages.payload_views(
+                bytes(dead_letter.value) if dead_letter.value is not None else None, masked_paths=masked
+            ),
+            "key": pages.payload_views(
+                bytes(dead_letter.key) if dead_letter.key is not None else None, masked_paths=[]
+            ),
+            "revisions": [
+                (rev, diff_lines(rev["diff"])) for rev in reversed(info["payload_revisions"])
+            ],  # newest first
+            "audit": pages.audit_trail(dead_letter, [a["id"] for a in info["approvals"]]),
+            "can_operate": can_operate,
+            "parked": dead_letter.status == Status.PARKED,
+            "can_request_delete": can_operate
+            and dead_letter.status not in (Status.DELETED, Status.REPLAYING)
+            and not pending_delete,
+            "editor_text": editor_text,
+            "editor_mode": editor_mode,
+        },
+    )
+
+
+@login_required
+@require_GET
+def group_list(request: HttpRequest) -> HttpResponse:
+    """``/dlq/groups/``: failure groups with counts, parked count, first/last seen, a 24-hour trend and
+    their runbooks with the actions each offers; admins can write runbooks here."""
+    pipeline = request.GET.get("pipeline", "").strip()
+    error_type = request.GET.get("error_type", "").strip()
+    roles = pages.roles_of(request.user)
+    return render(
+        request,
+        "dlq/groups.html",
+        {
+            "rows": pages.group_rows(request.user, pipeline=pipeline, error_type=error_type),
+            "pipeline": pipeline,
+            "error_type": error_type,
+            "choices": pages.filter_choices(request.user),
+            "can_edit_runbooks": roles.admin,
+            "can_operate": roles.anywhere(Role.OPERATOR),
+            "runbook_actions": RunbookAction.choices,
+        },
+    )
+
+
+@login_required
+@require_GET
+def bulk(request: HttpRequest) -> HttpResponse:
+    """``/dlq/bulk/``: the bulk form (filter, kind, rate, reason; a dry-run count before it can be created,
+    pre-filled from the query string, e.g. by a runbook's "bulk replay" button) and the bulk actions with
+    live progress and pause / resume / cancel."""
+    query = pages.list_query(request.GET)
+    roles = pages.roles_of(request.user)
+    kind = request.GET.get("kind", BulkKind.REPLAY)
+    rows = pages.bulk_actions(request.user)
+    return render(
+        request,
+        "dlq/bulk.html",
+        {
+            "query": query,
+            "kind": kind if kind in BulkKind.values else BulkKind.REPLAY,
+            "kinds": BulkKind.choices,
+            "choices": pages.filter_choices(request.user),
+            "ranges": list(pages.RANGES),
+            "can_operate": roles.anywhere(Role.OPERATOR),
+            "rows": [(b, roles.at_least(b.team_id, Role.OPERATOR)) for b in rows],
+            "live_ids": [b.pk for b in rows if b.state in BULK_LIVE_STATES],
+        },
+    )
+
+
+@login_required
+@require_GET
+def approval_list(request: HttpRequest) -> HttpResponse:
+    """``/dlq/approvals/``: pending requests (approve / reject offered to approvers of the team who did not
+    ask) and the recently decided ones."""
+    roles = pages.roles_of(request.user)
+    pending = pages.approvals(request.user, pending=True)
+    return render(
+        request,
+        "dlq/approvals.html",
+        {
+            "pending": [
+                (a, roles.at_least(a.team_id, Role.APPROVER) and a.requested_by_id != request.user.pk)
+                for a in pending
+            ],
+            "decided": pages.approvals(request.user, pending=False, limit=30),
+        },
+    )
+
+
+@login_required
+@require_GET
+def audit_log(request: HttpRequest) -> HttpResponse:
+    """``/audit/`` (admins): the audit log with filters and keyset pages, and whether its hash chain
+    verifies (recomputed on each visit: O(events), which is what makes the answer trustworthy)."""
+    if not is_admin(request.user):
+        raise PermissionDenied("the audit log is for admins; a message's page shows its own trail")
+    query = pages.AuditQuery.from_params(request.GET)
+    params = request.GET.copy()
+    for name in ("before", "after"):
+        params.pop(name, None)
+    return render(
+        request,
+        "dlq/audit.html",
+        {
+            "query": query,
+            "page": pages.audit_events(
+                query,
+                before=pages.parse_cursor(request.GET.get("before")),
+                after=pages.parse_cursor(request.GET.get("after")),
+            ),
+            "actions": pages.audit_actions(),
+            "chain": verify_chain(),
+            "base": params.urlencode(),
+        },
+    )

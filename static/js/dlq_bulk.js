@@ -1,0 +1,113 @@
+/* The bulk page. The form: "Count (dry run)" posts the filter with dry_run and shows how many parked
+ * messages it selects and whether an approver must agree; "Create" is enabled only after a count, for
+ * exactly the filter that was counted (any change to the form disables it again), and creates with that
+ * same filter. The list: dlq.bulk updates move the progress bars; a state change re-reads the list (its
+ * buttons depend on the state). While the websocket is down, active actions are polled instead. */
+"use strict";
+
+(function () {
+  const dlq = window.StreamForgeDlq;
+  const live = window.StreamForgeLive;
+  const POLL_MS = 3000;
+  const form = document.getElementById("bulk-form");
+
+  // ---------------------------------------------------------------------------------------- form
+  if (form) {
+    const preview = document.getElementById("bulk-preview");
+    const create = document.getElementById("bulk-create");
+    let counted = null;  // the request body that was counted
+
+    function utc(value) { return value ? value + (value.length === 16 ? ":00Z" : "Z") : ""; }
+
+    function body() {
+      const f = new FormData(form);
+      const filters = {};
+      ["pipeline", "error_type", "group", "q"].forEach(function (name) {
+        const v = (f.get(name) || "").trim();
+        if (v) filters[name] = v;
+      });
+      const range = f.get("range");
+      const hours = { "1h": 1, "24h": 24, "7d": 168 }[range];
+      if (hours) filters.since = new Date(Date.now() - hours * 3600 * 1000).toISOString();
+      else if (f.get("since")) filters.since = utc(f.get("since"));
+      if (f.get("until")) filters.until = utc(f.get("until"));
+      return {
+        kind: f.get("kind"),
+        filters: filters,
+        rate_limit: Number(f.get("rate_limit") || 0),
+        reason: (f.get("reason") || "").trim(),
+      };
+    }
+
+    function say(text, kind) {
+      preview.textContent = text;
+      preview.className = "bulk-preview " + (kind || "");
+    }
+
+    form.addEventListener("input", function (event) {
+      if (event.target.name === "reason") return;  // the reason does not change what is selected
+      if (counted) say("The filter changed: count again.", "");
+      counted = null;
+      create.disabled = true;
+    });
+
+    document.getElementById("bulk-count").addEventListener("click", function () {
+      const request = Object.assign(body(), { dry_run: true });
+      say("counting…", "");
+      dlq.api("POST", form.dataset.url, request).then(function (answer) {
+        if (!answer.ok) { say(dlq.errorText(answer), "bad"); return; }
+        const p = answer.data;
+        if (!p.count) { say("No parked message matches this filter.", ""); return; }
+        counted = request;
+        create.disabled = false;
+        say(p.count.toLocaleString("en-US") + " parked message" + (p.count === 1 ? "" : "s") + " match" +
+          (p.needs_approval ? " · needs an approver (more than " + p.approval_threshold.toLocaleString("en-US") + ")" : " · runs at once, no approval needed"),
+          p.needs_approval ? "warn" : "ok");
+        preview.dataset.count = String(p.count);
+        preview.dataset.needsApproval = String(p.needs_approval);
+      });
+    });
+
+    form.addEventListener("submit", function (event) {
+      event.preventDefault();
+      if (!counted) return;
+      const request = Object.assign({}, counted, { reason: body().reason, kind: body().kind, dry_run: false });
+      if (!request.reason) { say("Say why in the reason: it is kept in the audit log.", "bad"); return; }
+      create.disabled = true;
+      dlq.api("POST", form.dataset.url, request).then(function (answer) {
+        if (!answer.ok) { create.disabled = false; say(dlq.errorText(answer), "bad"); return; }
+        const b = answer.data;
+        dlq.flash("Bulk " + b.kind + " #" + b.id + " of " + b.total + " messages " +
+          (b.state === "awaiting_approval" ? "waits for an approver." : "is queued."), "success");
+        counted = null;
+        say("", "");
+        dlq.refresh(["bulk-list", "nav-approvals"]);
+      });
+    });
+  }
+
+  // ---------------------------------------------------------------------------------------- progress
+  function showProgress(update) {
+    const row = document.querySelector('#bulk-list tr[data-bulk="' + update.id + '"]');
+    if (!row) { dlq.refresh(["bulk-list"]); return; }  // created elsewhere
+    const fraction = update.total ? update.processed / update.total : 1;
+    row.querySelector('[data-field="bar"]').style.width = Math.round(fraction * 100) + "%";
+    row.querySelector('[data-field="counts"]').textContent = update.processed + " / " + update.total + " · " +
+      update.succeeded + " ok · " + update.failed + " failed";
+    if (row.dataset.state !== update.state) dlq.refresh(["bulk-list"]);
+  }
+
+  function poll() {
+    if (live.isLive()) return;
+    const list = document.getElementById("bulk-list");
+    const ids = (list.dataset.liveIds || "").split(",").filter(Boolean);
+    ids.forEach(function (id) {
+      dlq.api("GET", list.dataset.api + id + "/").then(function (answer) {
+        if (answer.ok) showProgress(Object.assign({ id: answer.data.id, state: answer.data.state }, answer.data.progress));
+      });
+    });
+  }
+
+  dlq.connect(function (msg) { if (msg.type === "dlq.bulk") showProgress(msg); }, function () { dlq.refresh(["bulk-list"]); });
+  window.setInterval(poll, POLL_MS);
+})();

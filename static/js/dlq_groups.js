@@ -1,0 +1,61 @@
+/* The failure groups page: dlq.arrived updates raise a shown group's counts (a group not shown offers a
+ * reload), and admins write runbooks here (JSON to /api/dlq/runbooks/, then the groups are re-read). */
+"use strict";
+
+(function () {
+  const dlq = window.StreamForgeDlq;
+  const runbooksUrl = document.getElementById("dlq-groups-script").dataset.runbooksUrl;
+
+  function bump(cell, n) {
+    if (!cell) return;
+    const target = cell.querySelector("a") || cell;
+    target.textContent = String(Number(target.textContent) + n);
+    cell.classList.remove("flash-change"); void cell.offsetWidth; cell.classList.add("flash-change");
+  }
+
+  dlq.connect(function (msg) {
+    if (msg.type !== "dlq.arrived") return;
+    const card = document.querySelector('[data-group="' + msg.group + '"]');
+    if (!card) { document.getElementById("new-groups").hidden = false; return; }
+    bump(card.querySelector('[data-field="parked"]'), msg.count);
+    bump(card.querySelector('[data-field="count"]'), msg.count);
+  }, function () { dlq.refresh(["groups"]); });
+
+  document.addEventListener("submit", function (event) {
+    const form = event.target.closest(".runbook-form");
+    if (!form) return;
+    event.preventDefault();
+    const f = new FormData(form);
+    const body = {
+      title: (f.get("title") || "").trim(),
+      body: f.get("body") || "",
+      actions: f.getAll("actions"),
+    };
+    if (f.get("attach") === "group") {
+      body.group = Number(form.dataset.groupId);
+    } else {
+      body.group = null;
+      body.error_type = form.dataset.errorType;
+      body.team = form.dataset.team;
+    }
+    const id = form.dataset.runbook;
+    const error = form.querySelector("[data-form-error]");
+    dlq.api(id ? "PUT" : "POST", id ? runbooksUrl + id + "/" : runbooksUrl, body).then(function (answer) {
+      if (!answer.ok) { error.textContent = dlq.errorText(answer); error.hidden = false; return; }
+      dlq.flash("Runbook “" + answer.data.title + "” saved.", "success");
+      dlq.refresh(["groups"]);
+    });
+  });
+
+  document.addEventListener("click", function (event) {
+    const button = event.target.closest("[data-delete-runbook]");
+    if (!button) return;
+    const form = button.closest(".runbook-form");
+    if (!window.confirm("Delete this runbook? Its text stays in the audit log's digest only.")) return;
+    dlq.api("DELETE", runbooksUrl + form.dataset.runbook + "/").then(function (answer) {
+      if (!answer.ok) { dlq.flash(dlq.errorText(answer), "error"); return; }
+      dlq.flash("Runbook deleted.", "success");
+      dlq.refresh(["groups"]);
+    });
+  });
+})();

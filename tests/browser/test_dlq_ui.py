@@ -1,0 +1,400 @@
+"""The DLQ console in a real Chromium against a really running daphne (HTTP + websockets), the real Redis
+channel layer and the real Kafka broker.
+
+Dead letters are stored through the real ingest code (``dlq.ingest.store_batch``, which broadcasts their
+arrival after commit over the Redis channel layer), in a thread of their own: the broadcast uses
+async_to_sync, which cannot run in the thread where Playwright keeps its event loop. Replays from the page
+are produced by the web process to the pipeline's source topic on the test broker.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+import time
+import uuid
+from datetime import timedelta
+
+import pytest
+import redis
+from confluent_kafka.admin import NewTopic
+from django.conf import settings
+from django.db import connection
+from django.db.models import F
+from django.utils import timezone
+from playwright.sync_api import expect
+
+from dlq import services
+from dlq.ingest import Record, TopicOwner, store_batch
+from dlq.models import BulkAction, DeadLetter, FailureGroup, GroupHourlyCount, Replay, Status
+from pipelines.services import create_pipeline
+from streamforge_web.models import AuditEvent, Role
+from tests.browser.conftest import screenshot
+from tests.dlq.conftest import EVENTS, dlq_headers, github_spec, missing_size_push
+from tests.factories import TeamFactory, member
+from tests.pipelines.spark.harness import consume_all
+
+pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.kafka]
+
+_offsets = itertools.count(1)
+
+
+@pytest.fixture
+def team():
+    return TeamFactory(name="data-platform")
+
+
+@pytest.fixture
+def people(team):
+    return {
+        "viewer": member(team, Role.VIEWER, username="vic"),
+        "operator": member(team, Role.OPERATOR, username="olga"),
+        "approver": member(team, Role.APPROVER, username="abe"),
+        "admin": member(team, Role.ADMIN, username="ada"),
+    }
+
+
+@pytest.fixture
+def pipeline(team, people, kafka_admin):
+    """A GitHub-events pipeline (unique names: the broker and the channel layer are shared) whose source
+    topic exists on the test broker, so replays land somewhere real."""
+    suffix = uuid.uuid4().hex[:8]
+    made = create_pipeline(
+        actor=people["admin"],
+        name=f"github-{suffix}",
+        team=team,
+        spec=github_spec(f"github.events-{suffix}", suffix),
+    )
+    source = made.current_revision.spec["source"]["topics"][0]
+    kafka_admin.create_topics([NewTopic(source, 1, 1)])[source].result(timeout=30)
+    yield made
+    kafka_admin.delete_topics([source])[source].result(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def bad_push() -> bytes:
+    return missing_size_push(EVENTS.read_bytes().splitlines())
+
+
+def store(pipeline, rows) -> list[DeadLetter]:
+    """Store ``(key, value, error_type, message)`` rows as records of the pipeline's DLQ topic through the
+    ingest code, in a thread (see the module docstring); returns the new dead letters, oldest first."""
+    topic = pipeline.current_revision.spec["dlq"]["topic"]
+    records = [
+        Record(
+            topic=topic, partition=0, offset=(offset := next(_offsets)), key=key, value=value,
+            headers=dlq_headers(pipeline, error_type=error_type, message=message, source_offset=offset),
+            timestamp_ms=int(time.time() * 1000),
+        )
+        for key, value, error_type, message in rows
+    ]  # fmt: skip
+    owners = {topic: TopicOwner(pipeline.team_id, pipeline.pk, pipeline.name)}
+    new_ids: list[int] = []
+    failures: list[BaseException] = []
+
+    def ingest() -> None:
+        try:
+            new_ids.extend(store_batch(records, owners).new_ids)
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=ingest)
+    worker.start()
+    worker.join(30)
+    assert not failures, failures
+    return list(DeadLetter.objects.filter(pk__in=new_ids).order_by("id"))
+
+
+def in_thread(work) -> None:
+    """Run ``work`` (a service call that broadcasts after commit) outside Playwright's event-loop thread."""
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(60)
+    assert not failures, failures
+
+
+def fixed(value: bytes, size: int) -> dict:
+    event: dict = json.loads(value)
+    event["payload"]["size"] = size
+    return event
+
+
+def test_an_operator_fixes_a_payload_checks_it_replays_it_and_sees_the_audit_entry(
+    open_page, people, pipeline, bad_push, kafka_bootstrap
+):
+    [dead] = store(pipeline, [(b"repo-1", bad_push, "JsonPathNotFound", "path /payload/size not found")])
+    page = open_page(people["operator"])
+    page.goto(f"/dlq/messages/{dead.pk}/")
+    head = page.get_by_test_id("message-head")
+    expect(head.locator('[data-field="status"]')).to_have_text("parked")
+    expect(page.get_by_test_id("live-indicator")).to_have_text("live")
+    expect(page.get_by_test_id("value-pretty")).to_contain_text('"type": "PushEvent"')
+    page.get_by_test_id("value-tab-hex").click()
+    expect(page.get_by_test_id("value-hex")).to_contain_text("00000000  7b")
+    expect(page.get_by_test_id("value-pretty")).to_be_hidden()
+
+    editor = page.get_by_test_id("fix-text")
+    editor.fill('{\n  "type": "PushEvent",\n  "payload": {"size": 1,}\n}')
+    validity = page.get_by_test_id("fix-validity")
+    expect(validity).to_contain_text("Invalid JSON at line 3, column 25")
+    expect(page.get_by_test_id("fix-save")).to_be_disabled()
+
+    editor.fill(json.dumps(fixed(bad_push, 1), indent=2))
+    expect(validity).to_have_text("valid JSON")
+    expect(page.get_by_test_id("would-pass").get_by_test_id("verdict")).to_have_text("would pass")
+    expect(page.get_by_test_id("would-pass")).to_contain_text("produced")
+    expect(page.get_by_test_id("fix-diff").locator(".diff-add")).to_contain_text(['"size": 1'])
+    expect(page.get_by_test_id("fix-save")).to_be_disabled()  # no reason yet
+    page.get_by_test_id("fix-reason").fill("size from the commit count")
+    page.get_by_test_id("value-tab-pretty").click()
+    screenshot(page, "dlq-message")
+    page.get_by_test_id("fix-save").click()
+    expect(page.get_by_test_id("flash")).to_contain_text("Saved as payload revision 1; it would pass now")
+    expect(page.get_by_test_id("payload-revision")).to_contain_text("size from the commit count")
+
+    page.get_by_test_id("replay").dblclick()  # one click-session: one replay, however many clicks
+    expect(head.locator('[data-field="status"]')).to_have_text("replayed")
+    expect(page.locator('#message-audit tr[data-action="dlq.replay"]')).to_contain_text("olga")
+    expect(page.get_by_test_id("fix-editor")).to_have_count(0)
+    assert Replay.objects.filter(dead_letter=dead).count() == 1
+    [record] = consume_all(kafka_bootstrap, pipeline.current_revision.spec["source"]["topics"][0])
+    assert json.loads(record.value)["payload"]["size"] == 1
+
+
+def test_a_skip_needs_a_reason_and_a_delete_request_is_approved_by_a_second_person(
+    open_page, people, pipeline, bad_push
+):
+    skipped, erased = store(
+        pipeline,
+        [
+            (b"k-skip", bad_push, "JsonPathNotFound", "path /payload/size not found"),
+            (b"k-erase", b'{"email": "someone@example.org"}', "MessageDeserialization", "not an event"),
+        ],
+    )
+    page = open_page(people["operator"])
+    page.goto(f"/dlq/messages/{skipped.pk}/")
+    page.get_by_test_id("skip").click()
+    dialog = page.get_by_test_id("confirm-dialog")
+    expect(dialog).to_be_visible()
+    page.get_by_test_id("confirm-submit").click()  # no reason
+    expect(page.get_by_test_id("confirm-error")).to_contain_text("A reason is required")
+    assert DeadLetter.objects.get(pk=skipped.pk).status == Status.PARKED
+    page.get_by_test_id("confirm-reason").fill("duplicate of an event already delivered")
+    page.get_by_test_id("confirm-submit").click()
+    expect(dialog).to_be_hidden()
+    expect(page.locator('#message-head [data-field="status"]')).to_have_text("skipped")
+    expect(page.locator('#message-audit tr[data-action="dlq.skip"]')).to_contain_text("duplicate of an event")
+
+    page.goto(f"/dlq/messages/{erased.pk}/")
+    page.get_by_test_id("request-delete").click()
+    page.get_by_test_id("confirm-reason").fill("carries a customer's e-mail address")
+    page.get_by_test_id("confirm-submit").click()
+    expect(page.locator('#message-audit tr[data-action="dlq.delete_requested"]')).to_be_visible()
+    expect(page.get_by_test_id("pending-approvals")).to_have_text("1")
+    expect(page.get_by_test_id("request-delete")).to_have_count(0)  # one pending request at a time
+
+    approver = open_page(people["approver"])  # a second browser context: another person
+    approver.goto("/dlq/approvals/")
+    row = approver.get_by_test_id("approval-row")
+    expect(row).to_contain_text("carries a customer's e-mail address")
+    expect(row).to_contain_text("olga")
+    row.get_by_test_id("approve").click()
+    approver.get_by_test_id("confirm-submit").click()
+    expect(approver.get_by_test_id("no-pending")).to_be_visible()
+    expect(approver.locator("#approvals-decided")).to_contain_text("approved")
+    expect(approver.get_by_test_id("pending-approvals")).to_have_count(0)
+
+    # The operator's page learns of it over the websocket, without a reload.
+    expect(page.locator('#message-head [data-field="status"]')).to_have_text("deleted")
+    expect(page.locator('#message-audit tr[data-action="dlq.delete"]')).to_contain_text("abe")
+    assert DeadLetter.objects.get(pk=erased.pk).value is None
+
+
+def test_a_viewer_sees_no_mutation_buttons_and_a_forged_request_is_refused(
+    open_page, people, pipeline, bad_push
+):
+    [dead] = store(pipeline, [(b"k", bad_push, "JsonPathNotFound", "path /payload/size not found")])
+    services.request_delete(actor=people["operator"], dead_letter=dead, reason="PII")
+    page = open_page(people["viewer"])
+    page.goto(f"/dlq/messages/{dead.pk}/")
+    expect(page.get_by_test_id("error-type")).to_have_text("JsonPathNotFound")
+    expect(page.get_by_test_id("actions").locator("button")).to_have_count(0)
+    expect(page.get_by_test_id("fix-editor")).to_have_count(0)
+    token = page.locator("input[name=csrfmiddlewaretoken]").first.get_attribute("value")
+    response = page.request.post(
+        f"/api/dlq/messages/{dead.pk}/skip/", data={"reason": "forged"}, headers={"X-CSRFToken": token}
+    )
+    assert response.status == 403
+    assert DeadLetter.objects.get(pk=dead.pk).status == Status.PARKED
+    page.goto("/dlq/approvals/")
+    expect(page.get_by_test_id("approval-row")).to_be_visible()
+    expect(page.get_by_test_id("approve")).to_have_count(0)
+    page.goto("/dlq/bulk/")
+    expect(page.get_by_test_id("bulk-form")).to_have_count(0)
+
+
+def test_new_dead_letters_appear_on_the_list_and_the_overview_without_a_reload(
+    open_page, people, pipeline, bad_push
+):
+    store(
+        pipeline,
+        [
+            (f"old-{i}".encode(), bad_push, "JsonPathNotFound", "path /payload/size not found")
+            for i in range(2)
+        ],
+    )
+    page = open_page(people["operator"])
+    overview = page.context.new_page()
+    overview.goto("/")
+    backlog = overview.locator(f'tr[data-pipeline="{pipeline.name}"]').get_by_test_id("dlq-backlog")
+    expect(backlog).to_have_text("2")
+    page.goto(f"/dlq/?pipeline={pipeline.name}")
+    rows = page.get_by_test_id("dlq-table").locator("tbody tr")
+    expect(rows).to_have_count(2)
+    expect(page.get_by_test_id("live-indicator")).to_have_text("live")
+    expect(overview.get_by_test_id("live-indicator")).to_have_text("live")
+    page.evaluate("window.__sameDocument = true")  # gone if the page reloads
+
+    arrived = store(
+        pipeline,
+        [
+            (b"new-1", bad_push, "JsonPathNotFound", "path /payload/size not found"),
+            (b"new-2", b"\x00\x01", "MessageDeserialization", "not UTF-8"),
+            (b"new-3", b"{}", "RetryExhausted", "produce timed out"),
+        ],
+    )
+    banner = page.get_by_test_id("new-banner")
+    expect(banner).to_contain_text("3 new dead letters")
+    expect(page.locator('#status-tabs [data-status="parked"] [data-count]')).to_have_text("5")
+    expect(backlog).to_have_text("5")
+    page.get_by_test_id("show-new").click()
+    expect(rows).to_have_count(5)
+    expect(rows.first).to_have_attribute("data-id", str(arrived[-1].pk))
+    expect(page.locator("tr.new-row")).to_have_count(3)
+    expect(banner).to_be_hidden()
+    assert page.evaluate("window.__sameDocument") is True
+    screenshot(page, "dlq-list")
+
+    in_thread(lambda: services.skip(actor=people["operator"], dead_letter=arrived[0], reason="duplicate"))
+    expect(backlog).to_have_text("4")  # leaving "parked" lowers the backlog too
+
+
+def take_queued_task(queue: str, bulk_id: int) -> bool:
+    """Take the ``dlq.run_bulk`` task the web process queued for this bulk action off its Celery queue in
+    Redis (the browser tests' own queue; no worker runs here: the test runs the task's body itself)."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    queued: list[bytes] = client.lrange(queue, 0, -1)  # type: ignore[assignment]  # sync client
+    for raw in queued:
+        message = json.loads(raw)
+        headers = message.get("headers", {})
+        if headers.get("task") == "dlq.run_bulk" and headers.get("argsrepr") == f"({bulk_id},)":
+            client.lrem(queue, 1, raw.decode())
+            return True
+    return False
+
+
+def test_a_runbook_leads_to_a_counted_bulk_replay_whose_progress_moves_live(
+    open_page, asgi_server, people, pipeline, bad_push, team
+):
+    parked = store(
+        pipeline,
+        [(f"r-{i}".encode(), bad_push, "JsonPathNotFound", "path /payload/size not found") for i in range(4)],
+    )
+    group = parked[0].group
+    now = timezone.now().replace(minute=0, second=0, microsecond=0)
+    earlier = ((20, 3), (14, 9), (9, 4), (5, 12), (2, 7))  # arrivals before these four, already handled
+    for hours_ago, count in earlier:
+        GroupHourlyCount.objects.create(group=group, hour=now - timedelta(hours=hours_ago), count=count)
+    FailureGroup.objects.filter(pk=group.pk).update(
+        count=F("count") + sum(n for _, n in earlier), first_seen=now - timedelta(hours=20)
+    )
+    services.save_runbook(
+        actor=people["admin"],
+        team=team,
+        title="Push events without a size",
+        body=(
+            "The GitHub relay drops `payload.size` on **force pushes**.\n\n"
+            "1. Check the relay's release notes.\n2. Once it is fixed, *bulk replay* the group.\n\n"
+            "See [the relay runbook](https://example.org/relay)."
+        ),
+        actions=["bulk_replay", "fix"],
+        group=group,
+    )
+    page = open_page(people["operator"])
+    page.goto("/dlq/groups/")
+    card = page.locator(f'[data-group="{group.pk}"]')
+    expect(card.get_by_test_id("runbook")).to_contain_text("drops payload.size on force pushes")
+    expect(card.locator('[data-field="parked"]')).to_have_text("4")
+    expect(card.get_by_test_id("sparkline").locator("polyline")).to_have_count(1)
+    screenshot(page, "dlq-groups")
+
+    card.get_by_test_id("runbook-bulk-replay").click()
+    expect(page).to_have_url(re.compile(rf"/dlq/bulk/\?group={group.pk}&kind=replay$"))
+    form = page.get_by_test_id("bulk-form")
+    expect(form.locator("input[name=group]")).to_have_value(str(group.pk))
+    create = page.get_by_test_id("bulk-create")
+    expect(create).to_be_disabled()
+    page.get_by_test_id("bulk-rate").fill("2")
+    page.get_by_test_id("bulk-reason").fill("relay fixed in 4.2.1")
+    page.get_by_test_id("bulk-count").click()
+    expect(page.get_by_test_id("bulk-preview")).to_contain_text("4 parked messages match · runs at once")
+    expect(create).to_be_enabled()
+    page.get_by_test_id("bulk-rate").fill("3")  # any change to the selection form needs a new count
+    expect(create).to_be_disabled()
+    page.get_by_test_id("bulk-rate").fill("2")
+    page.get_by_test_id("bulk-count").click()
+    expect(create).to_be_enabled()
+    create.click()
+    expect(page.get_by_test_id("flash")).to_contain_text("of 4 messages is queued")
+    bulk = BulkAction.objects.latest("id")
+    assert (bulk.kind, bulk.filters, bulk.rate_limit, bulk.total) == ("replay", {"group": group.pk}, 2, 4)
+    row = page.locator(f'tr[data-bulk="{bulk.pk}"]')
+    expect(row.locator('[data-field="state"]')).to_have_text("queued")
+    expect(row.get_by_test_id("bulk-cancel")).to_be_visible()
+
+    assert take_queued_task(asgi_server.celery_queue, bulk.pk), "the web process queued no task for a worker"
+    worker = threading.Thread(target=lambda: (services.run_bulk(bulk_id=bulk.pk), connection.close()))
+    worker.start()  # what the Celery worker's task does: dlq.tasks.run_bulk calls only this
+    expect(row.locator('[data-field="counts"]')).to_contain_text("2 / 4")
+    screenshot(page, "dlq-bulk")
+    worker.join(30)
+    expect(page.locator(f'tr[data-bulk="{bulk.pk}"] [data-field="state"]')).to_have_text("completed")
+    expect(page.locator(f'tr[data-bulk="{bulk.pk}"] [data-field="counts"]')).to_have_text(
+        "4 / 4 · 4 ok · 0 failed"
+    )
+    assert set(DeadLetter.objects.filter(group=group).values_list("status", flat=True)) == {Status.REPLAYED}
+    assert AuditEvent.objects.filter(action="dlq.replay", reason__startswith=f"bulk #{bulk.pk}").count() == 4
+
+
+def test_an_admin_writes_a_runbook_beside_its_group(open_page, people, pipeline, bad_push):
+    [dead] = store(pipeline, [(b"k", bad_push, "JsonPathNotFound", "path /payload/size not found")])
+    page = open_page(people["admin"])
+    page.goto(f"/dlq/groups/?pipeline={pipeline.name}")
+    card = page.locator(f'[data-group="{dead.group_id}"]')
+    expect(card).to_contain_text("No runbook for this failure yet.")
+    card.get_by_text("Add a runbook").click()
+    form = card.locator(".runbook-form")
+    form.locator("input[name=title]").fill("Size missing")
+    form.locator("textarea[name=body]").fill("Ask the relay team.\n\n- then **bulk skip**\n- <b>not bold</b>")
+    form.locator('input[name=actions][value="bulk_skip"]').check()
+    form.get_by_role("button", name="Add runbook").click()
+    runbook = page.locator(f'[data-group="{dead.group_id}"]').get_by_test_id("runbook")
+    expect(runbook).to_contain_text("Size missing")
+    expect(runbook.locator("strong")).to_have_text("bulk skip")
+    expect(runbook).to_contain_text("<b>not bold</b>")  # shown as the text it is
+    expect(runbook.get_by_role("link", name="Bulk skip this group")).to_be_visible()
+    assert AuditEvent.objects.filter(action="runbook.create", actor_name="ada").exists()
