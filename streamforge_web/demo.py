@@ -65,7 +65,11 @@ SPEC: dict[str, Any] = {
         {"name": "archive", "topic": "github.archive"},
     ],
     "dlq": {"topic": "github.events.dlq"},
-    "delivery": {"mode": "at_least_once", "commit_strategy": {"kind": "time", "interval_ms": 1000}},
+    # Bounded micro-batches: after a pause the first batch would otherwise take the whole backlog at once.
+    "delivery": {
+        "mode": "at_least_once",
+        "commit_strategy": {"kind": "time", "interval_ms": 1000, "max_records": 4000},
+    },
 }
 
 RUNBOOK = """\
