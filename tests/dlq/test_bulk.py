@@ -151,3 +151,55 @@ def test_a_small_bulk_skip_runs_without_approval_and_a_cancel_stops_it(people, p
     )
     assert bad_filter.status_code == 400
     assert "filters.colour" in bad_filter.json()
+
+
+def test_a_bulk_replay_whose_worker_died_is_taken_over_without_replaying_anything_twice(
+    people, pipeline, park, github_events, kafka_admin, kafka_bootstrap, queued, settings
+):
+    """The worker died mid-chunk: one claimed message had reached the broker, one had not. The takeover
+    settles both from the target topic, then finishes the rest; every message lands exactly once."""
+    source = pipeline.current_revision.spec["source"]["topics"][0]
+    kafka_admin.create_topics([NewTopic(source, 1, 1)])[source].result(timeout=30)
+    try:
+        parked = park(
+            pipeline, [(f"k{i}".encode(), github_events[i], "RetryExhausted", "timed out") for i in range(40)]
+        )
+        bulk = services.create_bulk(
+            actor=people["operator"],
+            kind="replay",
+            selection=services.MessageFilter(pipeline=pipeline.name),
+            reason="after the outage",
+            rate_limit=0,
+        )
+        # What the dead worker left behind: RUNNING with an old heartbeat, two claims, one produced.
+        from datetime import timedelta
+
+        from django.utils import timezone
+
+        from dlq.models import Replay
+
+        BulkAction.objects.filter(pk=bulk.pk).update(
+            state=BulkState.RUNNING,
+            heartbeat_at=timezone.now() - timedelta(seconds=settings.DLQ_BULK_STALE_SECONDS + 1),
+        )
+        landed, lost = parked[0], parked[1]
+        claims = []
+        for row in (landed, lost):
+            DeadLetter.objects.filter(pk=row.pk).update(status=Status.REPLAYING)
+            claims.append(
+                Replay.objects.create(
+                    dead_letter=row, bulk=bulk, target_topic=source, requested_by=people["operator"]
+                )
+            )
+        services._produce([services._replay_record(landed, claims[0], bytes(landed.value), "olga")])
+
+        assert services.stale_bulk_ids() == [bulk.pk]
+        done = services.run_bulk(bulk_id=bulk.pk)
+        assert done.state == BulkState.COMPLETED
+        replayed = consume_all(kafka_bootstrap, source)
+        per_dead_letter = Counter(r.header(c.H_REPLAY_OF) for r in replayed)
+        assert set(per_dead_letter) == {p.coordinates for p in parked}
+        assert set(per_dead_letter.values()) == {1}
+        assert DeadLetter.objects.filter(pk__in=[p.pk for p in parked], status=Status.REPLAYED).count() == 40
+    finally:
+        kafka_admin.delete_topics([source])[source].result(timeout=30)
