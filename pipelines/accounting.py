@@ -82,10 +82,12 @@ def consume_all(
     read_committed: bool = False,
     timeout: float = 30.0,
     ends: Mapping[int, int] | None = None,
+    starts: Mapping[int, int] | None = None,
 ) -> list[Record]:
-    """Every record of ``topic`` from the beginning to ``ends`` ({partition: end offset, exclusive};
-    default: the end offsets as of the call). Raises TimeoutError when they are not all read in ``timeout``
-    seconds (a silent short read would look like lost records)."""
+    """Every record of ``topic`` from ``starts`` ({partition: first offset}; default the beginning) to
+    ``ends`` ({partition: end offset, exclusive}; default: the end offsets as of the call). Raises
+    TimeoutError when they are not all read in ``timeout`` seconds (a silent short read would look like
+    lost records)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -104,9 +106,10 @@ def consume_all(
             else:
                 _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
                 limits[partition] = high
-        consumer.assign([TopicPartition(topic, p, 0) for p in limits])
+        first = {p: (starts or {}).get(p, 0) for p in limits}
+        consumer.assign([TopicPartition(topic, p, first[p]) for p in limits])
         records: list[Record] = []
-        done = {p for p, high in limits.items() if high == 0}
+        done = {p for p, high in limits.items() if high <= first[p]}
         deadline = time.monotonic() + timeout
         while len(done) < len(limits):
             if time.monotonic() > deadline:
@@ -124,12 +127,12 @@ def consume_all(
             for message in messages:
                 if message.error() is not None:
                     raise RuntimeError(f"reading {topic}: {message.error()}")
-                partition = message.partition()
-                if partition in done or message.offset() >= limits[partition]:
+                partition, offset = int(message.partition() or 0), int(message.offset() or 0)
+                if partition in done or offset >= limits[partition]:
                     done.add(partition)
                     continue
                 records.append(_to_record(message))
-                if message.offset() >= limits[partition] - 1:
+                if offset >= limits[partition] - 1:
                     done.add(partition)
         return records
     finally:
@@ -213,12 +216,17 @@ class Observed:
 
 
 def observe(
-    spec: PipelineSpec, destination_records: Mapping[str, Sequence[Record]], dlq_records: Sequence[Record]
+    spec: PipelineSpec,
+    destination_records: Mapping[str, Sequence[Record]],
+    dlq_records: Sequence[Record],
+    *,
+    into: Observed | None = None,
 ) -> Observed:
     """Index what the pipeline wrote: ``destination_records`` by destination name (records read from its
-    topic), ``dlq_records`` from the DLQ topic. A DLQ record for destination ``*`` (the value did not
-    decode) counts for every destination."""
-    observed = Observed()
+    topic), ``dlq_records`` from the DLQ topic; added to ``into`` when given (outputs are append-only, so
+    a caller may read them in slices). A DLQ record for destination ``*`` (the value did not decode)
+    counts for every destination."""
+    observed = into if into is not None else Observed()
     names = [d.name for d in spec.destinations]
     for name, records in destination_records.items():
         for record in records:
@@ -231,14 +239,14 @@ def observe(
             where = f"{record.topic}/{record.partition}/{record.offset}"
             observed.fates.setdefault(key, []).append(Seen("produced", value=record.value, where=where))
     for record in dlq_records:
-        topic, part_text, offset_text, dest = (
+        source_topic, source_partition, source_offset, dest = (
             record.header(h)
             for h in (c.H_SOURCE_TOPIC, c.H_SOURCE_PARTITION, c.H_SOURCE_OFFSET, c.H_DESTINATION)
         )
-        if topic is None or part_text is None or offset_text is None or dest is None:
+        if source_topic is None or source_partition is None or source_offset is None or dest is None:
             observed.unattributed += 1
             continue
-        coordinates = (topic, int(part_text), int(offset_text))
+        coordinates = (source_topic, int(source_partition), int(source_offset))
         seen = Seen(
             "dlq",
             error_type=record.header(c.H_ERROR_TYPE) or "",
