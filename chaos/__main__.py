@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset, in this order")
     parser.add_argument("--seed", type=int, default=None, help="random seed of the fault points")
-    parser.add_argument("--rate", type=float, default=40.0, help="records/s into the source topic")
+    parser.add_argument("--rate", type=float, default=15.0, help="records/s into the source topic")
     parser.add_argument("--corrupt-every", type=int, default=10, help="every N-th record is corrupted")
     parser.add_argument("--out", type=Path, default=Path("artifacts/chaos"))
     parser.add_argument("--keep-stack", action="store_true", help="leave the chaos services running")
@@ -111,6 +111,7 @@ def _run(
         f"run {tag}, seed {seed}, modes {modes}; stopped leftovers {leftovers or 'none'}; waiting for Spark"
     )
     results: list[FaultResult] = []
+    interrupted = False
     try:
         started = ctx.wait_processing(timeout=600)
         ctx.say(f"pipelines processing after {started}")
@@ -130,12 +131,15 @@ def _run(
                 result = FaultResult(name, module.TITLE, error=f"{type(exc).__name__}: {exc}")
             results.append(result)
             ctx.say(f"fault {name}: {'pass' if result.passed else 'FAIL'} in {result.duration_s:.0f}s")
+    except KeyboardInterrupt:
+        interrupted = True  # Ctrl-C: skip the final check, still stop the pipelines and the stack
+        results.append(FaultResult("interrupted", "the run was interrupted", error="KeyboardInterrupt"))
     finally:
         unacked = feeder.stop()
         ctx.say(
             f"producer stopped: {feeder.delivered} delivered, {feeder.failed} failed, {unacked} unacknowledged"
         )
-        if ctx.accountants:
+        if ctx.accountants and not interrupted:
             final = FaultResult("final", "after the producer stopped: every record of the run")
             try:
                 ctx.settle(final, time.monotonic())
