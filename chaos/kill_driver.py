@@ -73,7 +73,9 @@ def _kill_one(
                 f"phase {phase}, last batch {beat.get('last_batch_id')})"
             )
 
-            def relaunched(old_id: object = run.run_id) -> bool:
+            killed_run_id = run.run_id
+
+            def relaunched(old_id: object = killed_run_id) -> bool:
                 active = handle.active_run()
                 return active is not None and active.run_id != old_id
 

@@ -83,6 +83,8 @@ class Feeder:
                 "enable.idempotence": True,
                 "message.max.bytes": 2_000_000,
                 "message.timeout.ms": 600_000,
+                # The broker fault makes every connection attempt fail for a while: errors are expected.
+                "log_level": 2,
             }
         )
         self.kinds: Counter[str] = Counter()

@@ -39,7 +39,7 @@ def produced(topic: str, offset: int, value: bytes, at: int, partition: int = 0)
 
 
 def dead(offset: int, dest: str, error_type: str, at: int) -> Record:
-    headers = [
+    headers: list[tuple[str, bytes | None]] = [
         (c.H_SOURCE_TOPIC, SOURCE.encode()),
         (c.H_SOURCE_PARTITION, b"0"),
         (c.H_SOURCE_OFFSET, str(offset).encode()),

@@ -286,7 +286,7 @@ def test_a_driver_is_not_judged_silent_while_redis_could_not_hold_its_heartbeats
     later = timezone.now() + timedelta(seconds=60)
     real_redis = supervision._redis
     unreachable = {"now": True}
-    supervision._redis = lambda: None if unreachable["now"] else real_redis()  # type: ignore[assignment]
+    supervision._redis = lambda: None if unreachable["now"] else real_redis()
     try:
         supervision.reconcile(now=later)
         run.refresh_from_db()
@@ -304,4 +304,4 @@ def test_a_driver_is_not_judged_silent_while_redis_could_not_hold_its_heartbeats
         run.refresh_from_db()
         assert (run.state, run.error_type) == (PipelineState.RESTARTING, "Stale")
     finally:
-        supervision._redis = real_redis  # type: ignore[method-assign]
+        supervision._redis = real_redis
