@@ -6,12 +6,13 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 DEPS_STAMP := $(VENV)/.deps-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
 
-.PHONY: help venv system up down status demo test lint types check-deploy clean bench-pipeline vendor
+.PHONY: help venv system up down status demo test lint types check-deploy clean bench-pipeline chaos vendor
 
 help:
 	@echo "make demo   - the whole stack and a live GitHub-events pipeline with its DLQ console (Ctrl-C stops it)"
 	@echo "make test   - lint, types and the whole test suite against real services on test ports"
 	@echo "make up | down | status - manage the local stack (dev ports 9092/6379/8000)"
+	@echo "make chaos  - scripted faults against running pipelines, loss/duplicate report (CHAOS_ARGS=--quick)"
 
 $(DEPS_STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -61,6 +62,13 @@ test: venv system lint types check-deploy
 bench-pipeline: venv system
 	$(PY) -m devstack --profile test up kafka redis
 	@eval "$$($(PY) -m devstack --profile test env)"; $(PY) -m bench.pipeline_throughput $(BENCH_ARGS)
+
+# Fault injection (python -m chaos): a private stack on its own ports (devstack profile chaos: Kafka 29092,
+# Redis 26379, web 28000) that it may kill at will, one pipeline per delivery mode, a continuous producer,
+# six scripted faults and the accounting identity after each; artifacts/chaos/report.md + report.json.
+# Exits non-zero when anything was lost. CHAOS_ARGS=--quick for a smoke run of a few minutes.
+chaos: venv system
+	$(PY) -m chaos run $(CHAOS_ARGS)
 
 # Re-fetch the vendored browser libraries (static/vendor/VERSIONS) from npm; the results are committed.
 vendor:

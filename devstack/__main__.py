@@ -1,4 +1,4 @@
-"""``python -m devstack [--profile dev|test] up|down|status|env|fetch|system|demo [service ...]``.
+"""``python -m devstack [--profile dev|test|chaos] up|down|status|env|fetch|system|demo [service ...]``.
 
 The local stack manager behind ``make up``, ``make down``, ``make status`` and the test setup. Exit code 0
 when everything asked for is in the asked-for state, 1 with a message on stderr otherwise.

@@ -1,7 +1,8 @@
 """Where devstack keeps things and which ports each profile uses.
 
-Two profiles exist so that the test suite never disturbs a running demo: ``dev`` (the ports the README and
-the demo use) and ``test`` (the same services on other ports, with their own state folder and database).
+Three profiles exist so that the test suite never disturbs a running demo: ``dev`` (the ports the README and
+the demo use), ``test`` (the same services on other ports, with their own state folder and database) and
+``chaos`` (a private stack the fault-injection run may stop and kill at will).
 """
 
 from __future__ import annotations
@@ -60,5 +61,10 @@ PROFILES: dict[str, Profile] = {
     "dev": Profile("dev", kafka_port=9092, controller_port=9093, redis_port=6379, web_port=8000, debug=True),
     "test": Profile(
         "test", kafka_port=19092, controller_port=19093, redis_port=16379, web_port=18000, debug=True
+    ),
+    # The fault-injection run (``make chaos``) stops and kills its own broker, Redis and workers, so it has a
+    # whole private stack: nothing shared with a demo or another engineer's test run is ever touched.
+    "chaos": Profile(
+        "chaos", kafka_port=29092, controller_port=29093, redis_port=26379, web_port=28000, debug=True
     ),
 }

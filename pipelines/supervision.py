@@ -639,7 +639,34 @@ def _note_heartbeat(run: PipelineRun, beat: dict[str, Any]) -> None:
             _status(run.pipeline, run)
 
 
-def _check_run(run: PipelineRun, client: redis.Redis | None, now: datetime, report: ReconcileReport) -> None:
+#: Redis key holding when supervision first saw this Redis (epoch seconds). Set only if absent, so a Redis
+#: that restarted empty (its heartbeats gone with it) gets a fresh value: see ``_heartbeats_readable_since``.
+HEARTBEAT_EPOCH_KEY = "streamforge:supervision:heartbeats-since"
+
+
+def _heartbeats_readable_since(client: redis.Redis | None, now: datetime) -> datetime | None:
+    """Since when heartbeats could be read from Redis: the moment a reconcile first saw this Redis, or None
+    when Redis does not answer. A driver cannot be judged silent for a time in which its heartbeats could
+    not be written (Redis down) or were lost (Redis restarted empty)."""
+    if client is None:
+        return None
+    try:
+        client.set(HEARTBEAT_EPOCH_KEY, str(now.timestamp()), nx=True)
+        raw = cast("bytes | None", client.get(HEARTBEAT_EPOCH_KEY))
+    except redis.RedisError:
+        return None
+    if raw is None:
+        return None
+    return datetime.fromtimestamp(float(raw), tz=now.tzinfo)
+
+
+def _check_run(
+    run: PipelineRun,
+    client: redis.Redis | None,
+    now: datetime,
+    report: ReconcileReport,
+    heartbeats_since: datetime | None = None,
+) -> None:
     name = run.pipeline.name
     alive = _alive(run)
     beat = _read_heartbeat(run, client) if alive is not False else None
@@ -677,7 +704,12 @@ def _check_run(run: PipelineRun, client: redis.Redis | None, now: datetime, repo
         else:
             report.stopping.append(name)
         return
-    silent_for = (now - (run.last_heartbeat_at or run.started_at)).total_seconds()
+    if heartbeats_since is None:
+        # Redis does not answer: a missing heartbeat proves nothing (the pid check above still ends dead
+        # drivers). Killing here would turn a Redis outage into a restart of every healthy pipeline.
+        report.running.append(name)
+        return
+    silent_for = (now - max(run.last_heartbeat_at or run.started_at, heartbeats_since)).total_seconds()
     limit = (
         settings.DRIVER_HEARTBEAT_STALE_SECONDS
         if run.last_heartbeat_at is not None
@@ -708,8 +740,9 @@ def reconcile(*, now: datetime | None = None) -> ReconcileReport:
             _children.pop(pid, None)
     client = _redis()
     now = now or timezone.now()
+    heartbeats_since = _heartbeats_readable_since(client, now)
     for run in PipelineRun.objects.filter(state__in=ACTIVE_STATES).select_related("pipeline"):
-        _check_run(run, client, now, report)
+        _check_run(run, client, now, report, heartbeats_since)
     unwanted = PipelineRun.objects.filter(
         state__in=(PipelineState.STARTING, PipelineState.RUNNING),
         pipeline__desired_state=DesiredState.STOPPED,

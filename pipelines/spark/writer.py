@@ -127,6 +127,9 @@ class _Pending:
 # One producer (and consumer, for effectively_once) per Python worker process, reused across batches: Spark
 # reuses Python workers (spark.python.worker.reuse), and a producer costs a broker handshake to build.
 _PRODUCERS: dict[tuple[str, str, str], Producer] = {}
+#: How long a task keeps retrying ``init_transactions`` on retriable errors, in seconds (above the 60 s
+#: transaction timeout, after which the coordinator has aborted any transaction a dead holder left open).
+INIT_TRANSACTIONS_SECONDS = 90.0
 _CONSUMERS: dict[tuple[str, str], Consumer] = {}
 
 
@@ -168,8 +171,24 @@ def _transactional_producer(config: WriterConfig, transactional_id: str) -> Prod
     producer = Producer(
         {**_producer_settings(config), "transactional.id": transactional_id, "transaction.timeout.ms": 60_000}
     )
-    producer.init_transactions(30)
-    return producer
+    # The previous holder of the id (a killed or halted run) may have left a transaction the coordinator is
+    # still aborting: init_transactions then fails with a retriable error (CONCURRENT_TRANSACTIONS) and may
+    # be called again. Failing the task instead would crash the whole query over a few seconds of wait.
+    deadline = time.monotonic() + INIT_TRANSACTIONS_SECONDS
+    delay = 0.2
+    while True:
+        try:
+            producer.init_transactions(30)
+            return producer
+        except KafkaException as exc:
+            error = exc.args[0]
+            if (
+                not (isinstance(error, KafkaError) and error.retriable())
+                or time.monotonic() + delay > deadline
+            ):
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 def _consumer(config: WriterConfig) -> Consumer:

@@ -2,7 +2,7 @@
 same exit line and heartbeat key, no Spark. ``python fake_driver.py BEHAVIOUR <driver arguments>``.
 
 BEHAVIOUR: ``crash`` (exit 1), ``halt`` (exit 3, DeadLetterQueue), ``run`` (heartbeat until SIGTERM, then
-exit 0), ``stubborn`` (heartbeat and ignore SIGTERM).
+exit 0), ``stubborn`` (heartbeat and ignore SIGTERM), ``silent`` (alive until SIGTERM, never a heartbeat).
 """
 
 from __future__ import annotations
@@ -39,6 +39,11 @@ def main() -> int:
     if behaviour == "halt":
         return leave(3, "DeadLetterQueue", "[streamforge-halt:DeadLetterQueue] DLQ topic gone")
     stop = []
+    if behaviour == "silent":
+        signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+        while not stop:
+            time.sleep(0.1)
+        return leave(0, "Stopped", "stopped on request")
     if behaviour == "run":
         signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     else:

@@ -270,3 +270,38 @@ def test_a_pipeline_marked_running_without_any_run_is_healed_and_started(team, m
     supervision.reconcile()
     assert PipelineRun.objects.get(pipeline=pipeline).state == PipelineState.STARTING
     assert _state(pipeline) == PipelineState.STARTING
+
+
+@pytest.mark.redis
+@pytest.mark.django_db
+def test_a_driver_is_not_judged_silent_while_redis_could_not_hold_its_heartbeats(supervised, settings):
+    """A Redis outage must not turn into a restart of every healthy driver: while Redis does not answer a
+    missing heartbeat proves nothing, and after Redis restarted empty silence is counted from its return."""
+    pipeline, operator, behaviour = supervised
+    behaviour["name"] = "silent"
+    settings.DRIVER_START_TIMEOUT_SECONDS = 5
+    supervision.request_start(actor=operator, pipeline=pipeline)
+    supervision.reconcile()  # launches the driver, which never beats
+    run = PipelineRun.objects.get(pipeline=pipeline)
+    later = timezone.now() + timedelta(seconds=60)
+    real_redis = supervision._redis
+    unreachable = {"now": True}
+    supervision._redis = lambda: None if unreachable["now"] else real_redis()
+    try:
+        supervision.reconcile(now=later)
+        run.refresh_from_db()
+        assert run.state == PipelineState.STARTING, "judged silent while Redis was away"
+
+        unreachable["now"] = False
+        client = real_redis()
+        assert client is not None
+        client.delete(supervision.HEARTBEAT_EPOCH_KEY)  # Redis came back empty
+        supervision.reconcile(now=later)
+        run.refresh_from_db()
+        assert run.state == PipelineState.STARTING, "judged silent for a time Redis had forgotten"
+
+        supervision.reconcile(now=later + timedelta(seconds=6))
+        run.refresh_from_db()
+        assert (run.state, run.error_type) == (PipelineState.RESTARTING, "Stale")
+    finally:
+        supervision._redis = real_redis

@@ -1,5 +1,8 @@
 """Running the real driver as a child process against the test broker and Redis, and reading what it wrote.
 
+``Record`` and ``consume_all`` live in ``pipelines.accounting`` (the fault-injection run uses them too) and
+are re-exported here for the tests.
+
 Used by the end-to-end tests and by the throughput benchmark; nothing here is a stand-in: the driver is the
 same ``python -m pipelines.spark.driver`` the supervisor launches.
 """
@@ -19,30 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
+from pipelines.accounting import Record, consume_all
 from pipelines.spark import contract as c
 
+__all__ = ["REPO", "DriverProcess", "Record", "consume_all", "produce"]
+
 REPO = Path(__file__).resolve().parents[3]
-
-
-@dataclass
-class Record:
-    """One record as read back from Kafka."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]]
-    timestamp_ms: int
-
-    def header(self, name: str) -> str | None:
-        for key, value in self.headers:
-            if key == name:
-                return None if value is None else value.decode()
-        return None
 
 
 def produce(
@@ -81,60 +68,6 @@ def produce(
     assert producer.flush(60) == 0
     assert all(c is not None for c in coordinates)
     return [c for c in coordinates if c is not None]
-
-
-def _to_record(message: Any) -> Record:
-    return Record(
-        message.topic(),
-        message.partition(),
-        message.offset(),
-        message.key(),
-        message.value(),
-        list(message.headers() or []),
-        message.timestamp()[1],
-    )
-
-
-def consume_all(
-    bootstrap: str, topic: str, *, read_committed: bool = False, timeout: float = 30.0
-) -> list[Record]:
-    """Every record of ``topic`` from the beginning to the end offsets as of the call."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{uuid.uuid4()}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed" if read_committed else "read_uncommitted",
-            "fetch.message.max.bytes": 20_000_000,
-        }
-    )
-    metadata = consumer.list_topics(topic, timeout=10).topics[topic]
-    ends: dict[int, int] = {}
-    assignment = []
-    for partition in metadata.partitions:
-        _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-        ends[partition] = high
-        assignment.append(TopicPartition(topic, partition, 0))
-    consumer.assign(assignment)
-    records: list[Record] = []
-    done = {p for p, high in ends.items() if high == 0}
-    deadline = time.monotonic() + timeout
-    while len(done) < len(ends) and time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is None:
-            # With read_committed, markers make the last offsets unreadable: position tells when we are past them.
-            for tp in consumer.position([TopicPartition(topic, p) for p in ends if p not in done]):
-                partition = int(tp.partition or 0)
-                if tp.offset >= ends[partition]:
-                    done.add(partition)
-            continue
-        assert message.error() is None, message.error()
-        record = _to_record(message)
-        records.append(record)
-        if record.offset >= ends[record.partition] - 1:
-            done.add(record.partition)
-    consumer.close()
-    return records
 
 
 @dataclass

@@ -1,0 +1,172 @@
+"""``python -m chaos run [--quick] [--modes at_least_once,effectively_once] [--seed N]``.
+
+Starts the private ``chaos`` devstack profile (what is not running yet), one pipeline per delivery mode over
+real GitHub events with a share of corrupted ones, a continuous producer, then runs the faults in order and
+checks the accounting identity after each; writes ``artifacts/chaos/report.md`` and ``report.json``.
+Stops the pipelines and exactly the services it started. Exit code 0 when every check passed, 1 when
+anything was lost, an exactly-once expectation failed or a fault's own check failed, 2 on a setup error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+import traceback
+from functools import partial
+from pathlib import Path
+from types import ModuleType
+
+from chaos.stack import CHAOS_ENV, ChaosStack
+
+FAULTS = ("kill_driver", "broker", "redis_outage", "dlq_unwritable", "bulk_worker", "ingest_kill")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="chaos", description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["run"])
+    parser.add_argument("--quick", action="store_true", help="fewer kills, shorter outages (a few minutes)")
+    parser.add_argument(
+        "--modes", default="at_least_once,effectively_once", help="comma-separated delivery modes"
+    )
+    parser.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset, in this order")
+    parser.add_argument("--seed", type=int, default=None, help="random seed of the fault points")
+    parser.add_argument("--rate", type=float, default=15.0, help="records/s into the source topic")
+    parser.add_argument("--corrupt-every", type=int, default=10, help="every N-th record is corrupted")
+    parser.add_argument("--out", type=Path, default=Path("artifacts/chaos"))
+    parser.add_argument("--keep-stack", action="store_true", help="leave the chaos services running")
+    args = parser.parse_args(argv)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    faults = [f.strip() for f in args.faults.split(",") if f.strip()]
+    unknown = [m for m in modes if m not in ("at_least_once", "effectively_once")] + [
+        f for f in faults if f not in FAULTS
+    ]
+    if unknown:
+        parser.error(f"unknown mode(s) or fault(s): {', '.join(unknown)}")
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
+    began = time.monotonic()
+    stack = ChaosStack()
+    try:
+        for line in stack.up():
+            print(f"[chaos] {line}", flush=True)
+        os.environ.update(stack.env())
+        import django
+
+        django.setup()
+        return _run(stack, args, modes, faults, seed, began)
+    except Exception:
+        traceback.print_exc()
+        return 2
+    finally:
+        if not args.keep_stack:
+            for line in stack.down():
+                print(f"[chaos] {line}", flush=True)
+
+
+def _run(
+    stack: ChaosStack, args: argparse.Namespace, modes: list[str], faults: list[str], seed: int, began: float
+) -> int:
+    import importlib
+
+    from chaos import report
+    from chaos.context import Context, FaultResult
+    from chaos.dlq_unwritable import in_state
+    from chaos.workload import (
+        Accountant,
+        Feeder,
+        SourceLog,
+        create_topics,
+        new_tag,
+        setup_team,
+        start_pipelines,
+        stop_leftovers,
+        topic_limits,
+        wait_until,
+    )
+    from pipelines.models import PipelineState
+    from pipelines.supervision import request_stop
+
+    bootstrap = stack.profile.kafka_bootstrap
+    actor = setup_team()
+    leftovers = stop_leftovers(actor)
+    tag = new_tag()
+    source_topic = create_topics(bootstrap, tag, modes)
+    feeder = Feeder(bootstrap, source_topic, rate=args.rate, corrupt_every=args.corrupt_every)
+    feeder.start()
+    handles = start_pipelines(actor, tag, modes, bootstrap, stack.profile.redis_url)
+    ctx = Context(
+        stack=stack,
+        bootstrap=bootstrap,
+        pipelines=handles,
+        accountants={},
+        source=SourceLog(bootstrap, source_topic),
+        feeder=feeder,
+        actor=actor,
+        rng=random.Random(seed),
+        quick=args.quick,
+    )
+    ctx.say(
+        f"run {tag}, seed {seed}, modes {modes}; stopped leftovers {leftovers or 'none'}; waiting for Spark"
+    )
+    results: list[FaultResult] = []
+    interrupted = False
+    try:
+        started = ctx.wait_processing(timeout=600)
+        ctx.say(f"pipelines processing after {started}")
+        for mode, handle in handles.items():
+            topics = [d.topic for d in handle.spec.destinations] + [handle.spec.dlq.topic]
+            ctx.accountants[mode] = Accountant(handle, topic_limits(bootstrap, topics))
+        baseline = FaultResult("baseline", "no fault: the identity before anything is injected")
+        ctx.settle(baseline, time.monotonic())
+        results.append(baseline)
+        for name in faults:
+            module: ModuleType = importlib.import_module(f"chaos.{name}")
+            ctx.say(f"fault {name}: {module.TITLE}")
+            try:
+                result = module.run(ctx)
+            except Exception as exc:
+                traceback.print_exc()
+                result = FaultResult(name, module.TITLE, error=f"{type(exc).__name__}: {exc}")
+            results.append(result)
+            ctx.say(f"fault {name}: {'pass' if result.passed else 'FAIL'} in {result.duration_s:.0f}s")
+    except KeyboardInterrupt:
+        interrupted = True  # Ctrl-C: skip the final check, still stop the pipelines and the stack
+        results.append(FaultResult("interrupted", "the run was interrupted", error="KeyboardInterrupt"))
+    finally:
+        unacked = feeder.stop()
+        ctx.say(
+            f"producer stopped: {feeder.delivered} delivered, {feeder.failed} failed, {unacked} unacknowledged"
+        )
+        if ctx.accountants and not interrupted:
+            final = FaultResult("final", "after the producer stopped: every record of the run")
+            try:
+                ctx.settle(final, time.monotonic())
+            except Exception as exc:
+                final.error = f"{type(exc).__name__}: {exc}"
+            results.append(final)
+        for handle in handles.values():
+            request_stop(actor=actor, pipeline=handle.refresh(), reason="chaos run finished")
+        for handle in handles.values():
+            ended = (PipelineState.STOPPED, PipelineState.HALTED, PipelineState.FAILED)
+            wait_until(partial(in_state, handle, ended), 150, 1.0)
+    passed = all(r.passed for r in results) and feeder.failed == 0
+    summary = {
+        "tag": tag,
+        "seed": seed,
+        "quick": args.quick,
+        "modes": modes,
+        "source_topic": source_topic,
+        "duration_s": time.monotonic() - began,
+        "producer": {"delivered": feeder.delivered, "failed": feeder.failed, "kinds": dict(feeder.kinds)},
+        "env": CHAOS_ENV,
+        "passed": passed,
+    }
+    json_path, md_path = report.write(args.out, summary, results)
+    ctx.say(f"{'PASS' if passed else 'FAIL'}: report in {md_path} and {json_path}")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

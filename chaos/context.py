@@ -1,0 +1,171 @@
+"""What every fault gets (the stack, the pipelines, the producer, the accountants) and what it returns.
+
+After each fault the run waits until every pipeline has committed the source offsets that existed when
+the fault ended, then checks the accounting identity: for the source records of the fault's window,
+lost / wrong outcomes / reroutes; for everything so far, duplicates (the change since the last check is
+the fault's) and lost (must stay 0).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from django.contrib.auth.models import User
+
+from chaos.stack import ChaosStack
+from chaos.workload import Accountant, Feeder, PipelineHandle, SourceLog, total, wait_until
+from pipelines import accounting
+
+
+@dataclass
+class ModeResult:
+    """One fault's figures for one pipeline (delivery mode). ``produced``: source records of the window
+    (counts of records); ``lost``: of the window's records, expected somewhere and found nowhere;
+    ``lost_total``: the same over every record so far; ``duplicates``: extra copies that appeared during
+    the window, summed over destinations; ``recovery_s``: seconds from the end of the fault until the
+    pipeline had committed every source offset that existed then (None: not within the timeout)."""
+
+    mode: str
+    produced: int = 0
+    lost: int = 0
+    lost_total: int = 0
+    duplicates: int = 0
+    duplicates_total: int = 0
+    rerouted: int = 0
+    wrong: int = 0
+    value_mismatch: int = 0
+    recovery_s: float | None = None
+    checks: dict[str, Any] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "produced": self.produced,
+            "lost": self.lost,
+            "lost_total": self.lost_total,
+            "duplicates": self.duplicates,
+            "duplicates_total": self.duplicates_total,
+            "rerouted": self.rerouted,
+            "wrong": self.wrong,
+            "value_mismatch": self.value_mismatch,
+            "recovery_s": None if self.recovery_s is None else round(self.recovery_s, 1),
+            "checks": self.checks,
+            "passed": self.passed,
+            "failures": self.failures,
+            "examples": self.examples[:10],
+        }
+
+
+@dataclass
+class FaultResult:
+    """One fault: what was done (``actions``, in order, with seconds since the fault began) and the
+    per-mode figures."""
+
+    name: str
+    title: str
+    started: float = field(default_factory=time.time)
+    duration_s: float = 0.0
+    actions: list[str] = field(default_factory=list)
+    modes: dict[str, ModeResult] = field(default_factory=dict)
+    error: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return not self.error and all(m.passed for m in self.modes.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
+            "duration_s": round(self.duration_s, 1),
+            "actions": self.actions,
+            "modes": {mode: r.as_dict() for mode, r in self.modes.items()},
+            "error": self.error,
+            "passed": self.passed,
+        }
+
+
+@dataclass
+class Context:
+    """The run: the stack, the pipelines by mode, the producer, the accountants, the random source (seeded,
+    so a run's fault points can be replayed), quick or full, and the admin acting for operators."""
+
+    stack: ChaosStack
+    bootstrap: str
+    pipelines: dict[str, PipelineHandle]
+    accountants: dict[str, Accountant]
+    source: SourceLog
+    feeder: Feeder
+    actor: User
+    rng: random.Random
+    quick: bool
+    catch_up_timeout: float = 300.0
+    _dups_before: dict[str, int] = field(default_factory=dict)
+
+    def say(self, text: str) -> None:
+        print(f"[chaos {time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+    def wait_processing(self, timeout: float = 300.0) -> dict[str, float | None]:
+        """Wait until every pipeline's active run has finished a batch; seconds per mode (None: timeout)."""
+        return {mode: wait_until(handle.processing, timeout, 1.0) for mode, handle in self.pipelines.items()}
+
+    def settle(self, result: FaultResult, fault_end: float, modes: list[str] | None = None) -> None:
+        """Wait for every pipeline to commit the source offsets that exist now, then check the identity;
+        fills ``result.modes``. ``fault_end`` is the monotonic time the fault ended (recovery starts)."""
+        ends = self.source.ends()
+        for mode in modes or list(self.pipelines):
+            handle = self.pipelines[mode]
+            waited = wait_until(partial(handle.caught_up, ends), self.catch_up_timeout, 1.0)
+            r = result.modes.setdefault(mode, ModeResult(mode))
+            r.recovery_s = None if waited is None else time.monotonic() - fault_end
+            if waited is None:
+                r.failures.append(
+                    f"not caught up with the source within {self.catch_up_timeout:.0f}s "
+                    f"(committed {handle.committed()}, source ends {ends})"
+                )
+        records = self.source.read_to(ends)
+        window = [(r.topic, r.partition, r.offset) for r in records]
+        for mode in modes or list(self.pipelines):
+            accountant = self.accountants[mode]
+            accountant.add_source(records)
+            accountant.read_outputs()
+            everything = total(accountant.tallies())
+            in_window = total(
+                accounting.tally({k: accountant.expected[k] for k in window}, accountant.observed)
+            )
+            r = result.modes[mode]
+            r.produced = len(window)
+            r.lost, r.lost_total = in_window.lost, everything.lost
+            r.duplicates = everything.duplicates - self._dups_before.get(mode, 0)
+            r.duplicates_total = everything.duplicates
+            self._dups_before[mode] = everything.duplicates
+            r.rerouted, r.wrong, r.value_mismatch = (
+                in_window.rerouted,
+                in_window.wrong,
+                in_window.value_mismatch,
+            )
+            r.examples = in_window.examples + everything.examples
+            if in_window.lost or everything.lost:
+                r.failures.append(f"{in_window.lost} lost in this window, {everything.lost} lost so far")
+            if in_window.wrong or in_window.value_mismatch:
+                r.failures.append(
+                    f"{in_window.wrong} wrong outcomes, {in_window.value_mismatch} wrong values"
+                )
+            if mode == "effectively_once" and r.duplicates:
+                r.failures.append(f"{r.duplicates} duplicates seen by read_committed readers")
+            self.say(
+                f"  {mode}: window {r.produced} records, lost {r.lost} (total {r.lost_total}), duplicates "
+                f"+{r.duplicates} (total {r.duplicates_total}), rerouted {r.rerouted}, wrong {r.wrong}, "
+                f"recovery {r.recovery_s if r.recovery_s is None else round(r.recovery_s, 1)}s"
+            )

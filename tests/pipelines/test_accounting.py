@@ -1,0 +1,131 @@
+"""The accounting identity's pure logic (pipelines.accounting): expectations from the evaluator and the
+size rule, outputs indexed by lineage, and the verdict: lost, duplicates, reroutes, wrong outcomes."""
+
+from __future__ import annotations
+
+import json
+
+from pipelines import accounting
+from pipelines.accounting import Record
+from pipelines.spark import contract as c
+from pipelines.spec import parse_spec
+
+SOURCE = "events"
+SPEC = parse_spec(
+    {
+        "source": {"topics": [SOURCE]},
+        "destinations": [
+            {
+                "name": "pushes",
+                "topic": "pushes",
+                "filter": "/type,==,PushEvent",
+                "transform": "EXTRACT:/actor,a",
+            },
+            {"name": "archive", "topic": "archive"},
+        ],
+        "dlq": {"topic": "dlq"},
+    },
+    pipeline_name="p",
+)
+LIMITS = {"pushes": 1_048_588, "archive": 400}
+
+
+def source(offset: int, value: bytes | None, partition: int = 0) -> Record:
+    return Record(SOURCE, partition, offset, b"k", value, [], 0)
+
+
+def produced(topic: str, offset: int, value: bytes, at: int, partition: int = 0) -> Record:
+    return Record(topic, 0, at, None, value, [(c.H_LINEAGE, f"{SOURCE}/{partition}/{offset}".encode())], 0)
+
+
+def dead(offset: int, dest: str, error_type: str, at: int) -> Record:
+    headers: list[tuple[str, bytes | None]] = [
+        (c.H_SOURCE_TOPIC, SOURCE.encode()),
+        (c.H_SOURCE_PARTITION, b"0"),
+        (c.H_SOURCE_OFFSET, str(offset).encode()),
+        (c.H_DESTINATION, dest.encode()),
+        (c.H_ERROR_TYPE, error_type.encode()),
+    ]
+    return Record("dlq", 0, at, b"k", b"", headers, 0)
+
+
+PUSH = json.dumps({"type": "PushEvent", "actor": "ann"}).encode()
+OTHER = json.dumps({"type": "WatchEvent", "actor": "bob"}).encode()
+BIG = json.dumps({"type": "WatchEvent", "pad": "x" * 500}).encode()
+RECORDS = [source(0, PUSH), source(1, OTHER), source(2, b"{not json"), source(3, BIG)]
+
+
+def test_expectations_follow_the_evaluator_and_the_topic_size_limit():
+    expected = accounting.expected_fates(SPEC, RECORDS, LIMITS)
+    kinds = {k[2]: {d: (e.kind, e.error_type) for d, e in v.items()} for k, v in expected.items()}
+    assert kinds == {
+        0: {"pushes": ("produced", ""), "archive": ("produced", "")},
+        1: {"pushes": ("filtered", ""), "archive": ("produced", "")},
+        2: {"pushes": ("dlq", c.MESSAGE_DESERIALIZATION), "archive": ("dlq", c.MESSAGE_DESERIALIZATION)},
+        3: {"pushes": ("filtered", ""), "archive": ("dlq", c.RECORD_TOO_LARGE)},
+    }
+    assert json.loads(expected[(SOURCE, 0, 0)]["pushes"].value or b"") == {"a": "ann"}
+
+
+def _outputs(pushes, archive, dlq):
+    return accounting.observe(SPEC, {"pushes": pushes, "archive": archive}, dlq)
+
+
+def test_a_complete_run_balances_and_one_dlq_record_for_star_counts_for_every_destination():
+    expected = accounting.expected_fates(SPEC, RECORDS, LIMITS)
+    observed = _outputs(
+        [produced("pushes", 0, b'{"a": "ann"}', 0)],
+        [produced("archive", 0, PUSH, 0), produced("archive", 1, OTHER, 1)],
+        [
+            dead(2, c.ALL_DESTINATIONS, c.MESSAGE_DESERIALIZATION, 0),
+            dead(3, "archive", c.RECORD_TOO_LARGE, 1),
+        ],
+    )
+    tallies = accounting.tally(expected, observed)
+    assert tallies["pushes"].as_dict() | {"examples": []} == {
+        "expected_produced": 1,
+        "expected_filtered": 2,
+        "expected_dlq": 1,
+        "delivered": 4,
+        "lost": 0,
+        "duplicates": 0,
+        "rerouted": 0,
+        "wrong": 0,
+        "value_mismatch": 0,
+        "examples": [],
+    }
+    assert tallies["archive"].delivered == 4
+    assert tallies["archive"].lost == 0
+
+
+def test_missing_outputs_are_lost_and_extra_copies_are_duplicates():
+    expected = accounting.expected_fates(SPEC, RECORDS, LIMITS)
+    observed = _outputs(
+        [produced("pushes", 0, b'{"a": "ann"}', 0), produced("pushes", 0, b'{"a": "ann"}', 1)],
+        [produced("archive", 0, PUSH, 0), produced("archive", 0, PUSH, 1), produced("archive", 0, PUSH, 2)],
+        [dead(2, c.ALL_DESTINATIONS, c.MESSAGE_DESERIALIZATION, 0)],
+    )
+    tallies = accounting.tally(expected, observed)
+    assert (tallies["pushes"].lost, tallies["pushes"].duplicates) == (0, 1)
+    # archive: offset 1 (produced) and offset 3 (RecordTooLarge) are nowhere; offset 0 came three times.
+    assert (tallies["archive"].lost, tallies["archive"].duplicates) == (2, 2)
+    assert any("LOST" in e and "events/0/3" in e for e in tallies["archive"].examples)
+
+
+def test_wrong_outcomes_and_reroutes_are_told_apart_from_losses():
+    expected = accounting.expected_fates(SPEC, RECORDS[:2], LIMITS)
+    observed = _outputs(
+        [produced("pushes", 0, b'{"a": "somebody else"}', 0), produced("pushes", 1, b"{}", 1)],
+        [produced("archive", 0, PUSH, 0)],
+        [dead(1, "archive", c.RETRY_EXHAUSTED, 0)],
+    )
+    tallies = accounting.tally(expected, observed)
+    assert tallies["pushes"].value_mismatch == 1  # offset 0: another value than the evaluator's
+    assert tallies["pushes"].wrong == 1  # offset 1 should have been filtered
+    assert (tallies["archive"].rerouted, tallies["archive"].lost, tallies["archive"].wrong) == (1, 0, 0)
+
+
+def test_outputs_without_lineage_are_counted_not_attributed():
+    observed = _outputs([Record("pushes", 0, 0, None, b"{}", [], 0)], [], [])
+    assert observed.unattributed == 1
+    assert observed.fates == {}
