@@ -125,17 +125,17 @@ def fill(rows: int, *, world: dict[str, Any]) -> float:
     headers = json.dumps([["x-streamforge-error-type", "SnNvblBhdGhOb3RGb3VuZA=="]])
     stamp = now.isoformat()
     columns = (
-        "team_id, pipeline_id, pipeline_name, group_id, dlq_topic, dlq_partition, dlq_offset, source_topic,"
+        "team_id, pipeline_id, pipeline_name, group_id, dlq_topic, dlq_topic_id, dlq_partition, dlq_offset, source_topic,"
         " source_partition, source_offset, key, value, headers, value_size, key_text, convention, error_type,"
         " error_message, destination, attempts, first_failed_at, last_failed_at, status, ingested_at"
     )
-    sql = f"INSERT INTO dlq_deadletter ({columns}) VALUES ({', '.join('?' * 24)})"  # noqa: S608  # constants only
+    sql = f"INSERT INTO dlq_deadletter ({columns}) VALUES ({', '.join('?' * 25)})"  # noqa: S608  # constants only
 
     def row(i: int) -> tuple[Any, ...]:
         pipeline, error_type, message, group = groups[(i * 7919) % len(groups)]
         key = f"key-{i:08d}"
         return (
-            team.pk, pipeline.pk, pipeline.name, group.pk, f"{pipeline.name}.src.dlq", i % 3, i,
+            team.pk, pipeline.pk, pipeline.name, group.pk, f"{pipeline.name}.src.dlq", "", i % 3, i,
             f"{pipeline.name}.src", i % 3, i, key.encode(), value, headers, len(value), key, "streamforge",
             error_type, message, "out", 1, stamp, stamp, "parked", stamp,
         )  # fmt: skip

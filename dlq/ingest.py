@@ -5,12 +5,14 @@ Exactly once, across crashes: a batch's rows, failure-group counts and replay li
 database transaction, and the Kafka offsets are committed only after it (synchronously). A crash between
 the two re-reads the batch, and rows already stored are recognised by their (topic, partition, offset)
 and skipped, so the counts are not incremented twice either. The unique constraint on the coordinates is
-the last line of defence if two ingesters ever share a partition.
+the last line of defence if two ingesters ever share a partition. The coordinates include Kafka's topic id:
+a DLQ topic deleted and recreated starts again at offset 0, and its records are new, not re-reads.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import logging
 import os
 import signal
@@ -22,7 +24,16 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicCollection,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
@@ -75,10 +86,12 @@ class Record:
     value: bytes | None
     headers: list[tuple[str, bytes | None]]
     timestamp_ms: int | None
+    topic_id: str = ""
 
     @classmethod
-    def from_message(cls, message: Message) -> Record:
-        """Copy a confluent-kafka message (which must not be an error event)."""
+    def from_message(cls, message: Message, topic_id: str = "") -> Record:
+        """Copy a confluent-kafka message (which must not be an error event); ``topic_id`` is Kafka's id of
+        the topic it was read from (the message does not carry it)."""
         topic, partition, offset = message.topic(), message.partition(), message.offset()
         if topic is None or partition is None or offset is None:
             raise ValueError(f"not a record but an error event: {message.error()}")
@@ -93,6 +106,7 @@ class Record:
             value=_as_bytes(message.value()),
             headers=[(name, _as_bytes(value)) for name, value in pairs],
             timestamp_ms=None if kind == TIMESTAMP_NOT_AVAILABLE or millis is None or millis < 0 else millis,
+            topic_id=topic_id,
         )
 
 
@@ -146,21 +160,21 @@ def store_batch(
     result = BatchResult()
     now = timezone.now()
     with transaction.atomic():
-        stored = _already_stored(messages)
+        stored = already_stored(messages)
         rows: list[DeadLetter] = []
         group_rows: dict[str, FailureGroup] = {}
         arrivals: Counter[tuple[str, datetime]] = Counter()
         replay_ids: dict[str, int] = {}
-        seen_now: set[tuple[str, int, int]] = set()
+        seen_now: set[tuple[str, str, int, int]] = set()
         for message in messages:
             topic, partition, offset = message.topic, message.partition, message.offset
-            coordinates = (topic, partition, offset)
+            coordinates = (topic, message.topic_id, partition, offset)
             if coordinates in stored or coordinates in seen_now:
                 result.already_stored += 1
                 continue
             owner = owners.get(topic)
             if owner is None:
-                log.warning("record %s/%s/%s of a topic with no owner was skipped", *coordinates)
+                log.warning("record %s/%s/%s of a topic with no owner was skipped", topic, partition, offset)
                 continue
             seen_now.add(coordinates)
             raw_headers = message.headers
@@ -191,6 +205,7 @@ def store_batch(
                 pipeline_id=pipeline_id,
                 pipeline_name=pipeline_name,
                 dlq_topic=topic,
+                dlq_topic_id=message.topic_id,
                 dlq_partition=partition,
                 dlq_offset=offset,
                 dlq_timestamp=_timestamp(message),
@@ -236,21 +251,27 @@ def _pipelines_by_name() -> dict[str, tuple[int, int]]:
     return {name: (pk, team) for pk, name, team in Pipeline.objects.values_list("pk", "name", "team_id")}
 
 
-def _already_stored(messages: Sequence[Record]) -> set[tuple[str, int, int]]:
-    spans: dict[tuple[str, int], list[int]] = defaultdict(list)
+def already_stored(messages: Sequence[Record]) -> set[tuple[str, str, int, int]]:
+    """(topic, topic id, partition, offset) of those records that already have a row."""
+    spans: dict[tuple[str, str, int], list[int]] = defaultdict(list)
     for message in messages:
-        spans[(message.topic, message.partition)].append(message.offset)
+        spans[(message.topic, message.topic_id, message.partition)].append(message.offset)
     condition = Q()
-    for (topic, partition), offsets in spans.items():
+    for (topic, topic_id, partition), offsets in spans.items():
         condition |= Q(
             dlq_topic=topic,
+            dlq_topic_id=topic_id,
             dlq_partition=partition,
             dlq_offset__gte=min(offsets),
             dlq_offset__lte=max(offsets),
         )
     if not spans:
         return set()
-    return set(DeadLetter.objects.filter(condition).values_list("dlq_topic", "dlq_partition", "dlq_offset"))
+    return set(
+        DeadLetter.objects.filter(condition).values_list(
+            "dlq_topic", "dlq_topic_id", "dlq_partition", "dlq_offset"
+        )
+    )
 
 
 def _group(
@@ -320,13 +341,13 @@ def _link_replays(rows: list[DeadLetter], replay_ids: dict[str, int]) -> None:
 
 def _reload_ids(rows: list[DeadLetter]) -> None:
     found = {
-        (t, p, o): pk
-        for pk, t, p, o in DeadLetter.objects.filter(
+        (t, i, p, o): pk
+        for pk, t, i, p, o in DeadLetter.objects.filter(
             dlq_topic__in={r.dlq_topic for r in rows}, dlq_offset__in=[r.dlq_offset for r in rows]
-        ).values_list("pk", "dlq_topic", "dlq_partition", "dlq_offset")
+        ).values_list("pk", "dlq_topic", "dlq_topic_id", "dlq_partition", "dlq_offset")
     }
     for row in rows:
-        row.pk = found[(row.dlq_topic, row.dlq_partition, row.dlq_offset)]
+        row.pk = found[(row.dlq_topic, row.dlq_topic_id, row.dlq_partition, row.dlq_offset)]
 
 
 def _arrival_summary(rows: Iterable[DeadLetter]) -> list[broadcast.Arrival]:
@@ -371,6 +392,7 @@ class Ingester:
         self._owners: dict[str, TopicOwner] = {}
         self._subscribed: set[str] = set()
         self._pipelines: dict[str, tuple[int, int]] = {}
+        self._topic_ids: dict[str, str] = {}
         self._next_refresh = 0.0
 
     def _make_consumer(self) -> Consumer:
@@ -401,7 +423,42 @@ class Ingester:
             log.info("dlq-ingest reads %d topic(s): %s", len(wanted), ", ".join(sorted(wanted)) or "none")
             self._subscribed = wanted
         self._pipelines = _pipelines_by_name()
+        self._topic_ids = self._describe(sorted(wanted))
         self._next_refresh = time.monotonic() + self.refresh_seconds
+
+    def _describe(self, topics: list[str]) -> dict[str, str]:
+        """Kafka's topic id of each topic (empty when the broker does not say)."""
+        if not topics:
+            return {}
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        ids: dict[str, str] = {}
+        for topic, future in admin.describe_topics(TopicCollection(topics)).items():
+            try:
+                ids[topic] = str(future.result(timeout=10).topic_id)
+            except KafkaException as exc:  # deleted meanwhile: its records carry no id until the next refresh
+                log.warning("could not describe %s: %s", topic, exc)
+        return ids
+
+    def _recheck_topic_ids(self, records: list[Record]) -> list[Record]:
+        """Records that look already stored may come from a topic deleted and recreated since the last
+        refresh (offsets start at 0 again): describe their topics anew and re-label them if the id changed."""
+        known = already_stored(records)
+        suspects = sorted({r.topic for r in records if (r.topic, r.topic_id, r.partition, r.offset) in known})
+        if not suspects:
+            return records
+        fresh = self._describe(suspects)
+        changed = {t for t in suspects if fresh.get(t) and fresh[t] != self._topic_ids.get(t)}
+        if not changed:
+            return records
+        for topic in changed:
+            log.warning(
+                "DLQ topic %s was recreated (new topic id %s); its records are new", topic, fresh[topic]
+            )
+            self._topic_ids[topic] = fresh[topic]
+        return [
+            dataclasses.replace(r, topic_id=self._topic_ids[r.topic]) if r.topic in changed else r
+            for r in records
+        ]
 
     def run_once(self) -> BatchResult:
         """Poll one batch, store it and commit its offsets. Returns what was stored."""
@@ -417,11 +474,12 @@ class Ingester:
         for message in polled:
             error = message.error()
             if error is None:
-                records.append(Record.from_message(message))
+                records.append(Record.from_message(message, self._topic_ids.get(str(message.topic()), "")))
             elif error.code() != KafkaError._PARTITION_EOF:
                 log.warning("dlq-ingest poll error: %s", error)
         if not records:
             return BatchResult()
+        records = self._recheck_topic_ids(records)
         result = store_batch(records, self._owners, pipelines_by_name=self._pipelines)
         consumer.commit(offsets=_next_offsets(records), asynchronous=False)
         self.totals["inserted"] += result.inserted

@@ -92,8 +92,8 @@ class Status(models.TextChoices):
 
 
 class DeadLetter(models.Model):
-    """One record of a DLQ topic: exactly one row per (topic, partition, offset), however often ingest
-    reads it. ``key``/``value``/``headers`` are the DLQ record's bytes as written; ``headers`` is a list of
+    """One record of a DLQ topic: exactly one row per (topic, topic id, partition, offset), however often
+    ingest reads it. ``key``/``value``/``headers`` are the DLQ record's bytes as written; ``headers`` is a list of
     ``[name, base64-or-null]`` pairs (header values may be binary, e.g. Spring's big-endian ints).
     The payload to replay is the latest ``PayloadRevision`` if any, else ``value``.
     """
@@ -116,6 +116,12 @@ class DeadLetter(models.Model):
     )
     # DLQ coordinates
     dlq_topic = models.CharField(max_length=249)
+    dlq_topic_id = models.CharField(
+        max_length=32,
+        blank=True,
+        default="",
+        help_text="Kafka's topic id: a deleted and recreated topic starts at offset 0 again with a new id",
+    )
     dlq_partition = models.IntegerField()
     dlq_offset = models.BigIntegerField()
     dlq_timestamp = models.DateTimeField(null=True, blank=True)
@@ -152,7 +158,8 @@ class DeadLetter(models.Model):
         ordering = ["-id"]
         constraints = [
             models.UniqueConstraint(
-                fields=["dlq_topic", "dlq_partition", "dlq_offset"], name="one_row_per_dlq_record"
+                fields=["dlq_topic", "dlq_topic_id", "dlq_partition", "dlq_offset"],
+                name="one_row_per_dlq_record",
             )
         ]
         # The list is keyset-paginated on id (newest first) and usually filtered by one field: an index

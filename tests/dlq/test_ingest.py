@@ -147,3 +147,39 @@ def test_a_batch_read_again_after_a_crash_adds_no_rows_and_no_counts(people, tea
     assert (again.inserted, again.already_stored) == (1, 30)
     assert DeadLetter.objects.count() == 51
     assert FailureGroup.objects.aggregate(total=Sum("count"))["total"] == 51
+
+
+def test_a_recreated_dlq_topic_is_read_as_new_records_not_as_re_reads(
+    people, team, kafka_admin, kafka_bootstrap
+):
+    """Deleting and recreating a DLQ topic starts its offsets at 0 again; its records must still be parked."""
+    from confluent_kafka.admin import NewTopic
+
+    from dlq.ingest import Ingester
+
+    topic = f"recreated-dlq-{uuid.uuid4().hex[:8]}"
+    kafka_admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=30)
+    services.register_topic(actor=people["admin"], topic=topic, team=team)
+    ingester = Ingester(group_id=f"g-{topic}", instance_id="", poll_timeout=0.5, refresh_seconds=3600)
+    try:
+        produce_with_headers(kafka_bootstrap, topic, (mixed_record(i) for i in range(10)))
+        deadline = time.monotonic() + 60
+        while DeadLetter.objects.filter(dlq_topic=topic).count() < 10 and time.monotonic() < deadline:
+            ingester.run_once()
+        kafka_admin.delete_topics([topic])[topic].result(timeout=30)
+        time.sleep(2)
+        kafka_admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=30)
+        produce_with_headers(kafka_bootstrap, topic, (mixed_record(100 + i) for i in range(5)))
+        deadline = time.monotonic() + 90
+        while DeadLetter.objects.filter(dlq_topic=topic).count() < 15 and time.monotonic() < deadline:
+            ingester.run_once()
+        rows = DeadLetter.objects.filter(dlq_topic=topic)
+        assert rows.count() == 15
+        assert rows.values("dlq_topic_id").distinct().count() == 2
+        assert sorted(rows.filter(dlq_offset__lt=5).values_list("key_text", flat=True)) == sorted(
+            [f"key-{i}" for i in range(5)] + [f"key-{100 + i}" for i in range(5)]
+        )
+    finally:
+        ingester.stop.set()
+        ingester.run()
+        kafka_admin.delete_topics([topic])
