@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -71,13 +72,13 @@ def _read_from(
                     done.add(tp.partition)
             continue
         for message in batch:
-            if message.error() is not None:
+            partition, offset = message.partition(), message.offset()
+            if message.error() is not None or partition is None or offset is None:
                 continue
-            out.append(
-                (message.partition(), message.offset(), message.timestamp()[1], message.headers() or [])
-            )
-            if message.offset() >= ends[message.partition()] - 1:
-                done.add(message.partition())
+            raw: Any = message.headers() or []
+            out.append((partition, offset, message.timestamp()[1], list(raw)))
+            if offset >= ends[partition] - 1:
+                done.add(partition)
     consumer.close()
     return out
 

@@ -95,7 +95,10 @@ def hot_methods(path: Path, top: int = 40) -> dict[str, Any]:
         thread = (event["values"].get("sampledThread") or {}).get("javaName") or ""
         if "Executor task" not in thread:
             continue
-        frames = [f"{f['method']['type']['name']}.{f['method']['name']}" for f in event["values"]["stackTrace"]["frames"]]
+        frames = [
+            f"{f['method']['type']['name']}.{f['method']['name']}"
+            for f in event["values"]["stackTrace"]["frames"]
+        ]
         if not frames:
             continue
         total += 1
@@ -120,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--py-spy", type=Path, help="record the Python workers' stacks into this directory")
     parser.add_argument("--py-spy-seconds", type=int, default=20)
-    parser.add_argument("--jfr", type=Path, help="record the Spark JVM with Java Flight Recorder into this file")
+    parser.add_argument(
+        "--jfr", type=Path, help="record the Spark JVM with Java Flight Recorder into this file"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     services = Services.from_env()
@@ -197,14 +202,23 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_s": cpu,
             "cpu_us_per_record": {k: round(v / records_done * 1e6, 1) for k, v in cpu.items()},
             "cores_busy": {k: round(v / wall, 2) for k, v in cpu.items()},
-            "batches": [
-                {k: e[k] for k in ("batch_id", "consumed", "duration_ms")} for e in reader.events
-            ],
+            "batches": [{k: e[k] for k in ("batch_id", "consumed", "duration_ms")} for e in reader.events],
             "stages": [
-                {k: s.get(k) for k in ("stageId", "name", "numTasks", "executorRunTime", "executorCpuTime",
-                                       "jvmGcTime", "inputRecords", "resultSerializationTime")}
+                {
+                    k: s.get(k)
+                    for k in (
+                        "stageId",
+                        "name",
+                        "numTasks",
+                        "executorRunTime",
+                        "executorCpuTime",
+                        "jvmGcTime",
+                        "inputRecords",
+                        "resultSerializationTime",
+                    )
+                }
                 for s in stages[:12]
-            ],  # fmt: skip
+            ],
         }
         if args.jfr:
             figures["jfr_hot"] = hot_methods(args.jfr)

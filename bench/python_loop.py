@@ -71,9 +71,10 @@ def loop(spec_file: Path, pipeline: str, bootstrap: str) -> int:
         for m in messages:
             if m.error() is not None:
                 raise RuntimeError(str(m.error()))
-            topic, partition, offset = m.topic(), m.partition(), m.offset()
+            topic, partition, offset = m.topic() or "", m.partition(), m.offset()
+            original: Any = m.headers() or ()
             message = Message(
-                value=m.value(), key=m.key(), headers=tuple(m.headers() or ()), timestamp_ms=m.timestamp()[1]
+                value=m.value(), key=m.key(), headers=tuple(original), timestamp_ms=m.timestamp()[1]
             )
             outcomes = evaluate_destinations(dests, message, error_handling=handling, now_ms=now_ms)
             lineage = f"{topic}/{partition}/{offset}".encode()

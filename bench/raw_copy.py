@@ -12,7 +12,8 @@ import shutil
 import subprocess
 import time
 
-from bench.common import Context, Measurement, end_offsets, load1, median
+from bench.common import Context, Measurement, end_offsets, load1
+from bench.stats import median
 
 NAME = "raw_copy"
 

@@ -44,14 +44,14 @@ class ProgressReader:
     def __init__(self, redis_url: str, run_id: str) -> None:
         self.client = redis.Redis.from_url(redis_url)
         self.run_id = run_id
-        last = self.client.xrevrange(c.PROGRESS_STREAM, count=1)
+        last: Any = self.client.xrevrange(c.PROGRESS_STREAM, count=1)
         self.cursor = last[0][0].decode() if last else "0-0"
         self.events: list[dict[str, Any]] = []
 
     def poll(self) -> list[dict[str, Any]]:
         """Every progress event of the run so far, oldest first."""
         while True:
-            entries = self.client.xrange(c.PROGRESS_STREAM, min=f"({self.cursor}", count=1000)
+            entries: Any = self.client.xrange(c.PROGRESS_STREAM, min=f"({self.cursor}", count=1000)
             if not entries:
                 return self.events
             for entry_id, fields in entries:
