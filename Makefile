@@ -6,13 +6,14 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 DEPS_STAMP := $(VENV)/.deps-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
 
-.PHONY: help venv system up down status demo test lint types check-deploy clean bench-pipeline chaos vendor
+.PHONY: help venv system up down status demo test lint types check-deploy clean bench bench-pipeline chaos vendor
 
 help:
 	@echo "make demo   - the whole stack and a live GitHub-events pipeline with its DLQ console (Ctrl-C stops it)"
 	@echo "make test   - lint, types and the whole test suite against real services on test ports"
 	@echo "make up | down | status - manage the local stack (dev ports 9092/6379/8000)"
 	@echo "make chaos  - scripted faults against running pipelines, loss/duplicate report (CHAOS_ARGS=--quick)"
+	@echo "make bench  - raw Kafka copy vs Python loop vs our Spark pipeline -> artifacts/bench/report.md (BENCH_ARGS=--quick)"
 
 $(DEPS_STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -57,6 +58,14 @@ test: venv system lint types check-deploy
 	@eval "$$($(PY) -m devstack --profile test env)"; \
 	  $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	  $(PY) -m devstack --profile test down kafka redis; exit $$rc
+
+# The benchmark report (artifacts/bench/report.md, report.json, PNG plots) in one run: a raw Kafka copy, the
+# Python consumer/evaluator/producer loop, and our Spark pipeline per delivery mode with 1 and 2 destinations
+# (throughput and latency). Test ports; Kafka/Redis already answering there (another worktree's stack) are
+# used as they are. BENCH_ARGS="--quick" for a smoke run, "--only spark_pipeline --records 400000" etc.
+bench: venv system
+	@$(PY) -m devstack --profile test up kafka redis || echo "bench: using the services already on the test ports"
+	@eval "$$($(PY) -m devstack --profile test env)"; $(PY) -m bench run $(BENCH_ARGS)
 
 # End-to-end throughput of one pipeline (1 KB records, real Kafka and Spark) on the test ports.
 bench-pipeline: venv system

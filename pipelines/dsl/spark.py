@@ -30,6 +30,7 @@ No Django here: the Spark driver imports this on cluster nodes.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import re
@@ -59,6 +60,7 @@ __all__ = [
     "compile_transform",
     "destination_stages",
     "json_path",
+    "parse_stages",
     "parsed_value",
     "stage_destinations",
     "value_text",
@@ -151,25 +153,77 @@ _SENTINEL = "__streamforge:end-of-value:5c1e0d__"
 
 
 def parsed_value(source: SourceColumns) -> tuple[Column, Column]:
-    """``(value VARIANT or null, deserialization error message or null)`` for each record.
+    """``(value VARIANT or null, deserialization error message or null)`` for each record, as two
+    self-contained expressions. Pipelines run the same logic as the projections of
+    :func:`parse_stages`, which compute each costly piece once per record.
 
-    Implements ``evaluate.decode_value`` (DSL.md "Errors": invalid JSON or invalid UTF-8 is
-    ``MessageDeserialization``): a null (tombstone) or empty value, invalid UTF-8, and anything
-    Python's strict ``json`` refuses give a null variant and a message. Spark's ``parse_json``
-    alone is laxer than Python: it ignores content after the first value (``{"a":1}x``), turns
-    ``1e400`` into Infinity and lone ``\\uD800`` escapes into ``?``; those are checked here too.
-    Requires :data:`REQUIRED_SPARK_CONF` for duplicate keys. Known difference: Python refuses
-    nesting deeper than its recursion limit (a little under 1000), Spark accepts up to 1000.
+    Implements ``evaluate.decode_value`` (DSL.md "Errors"): invalid JSON or invalid UTF-8 is
+    ``MessageDeserialization``.
     """
-    raw = source.value
-    text = raw.cast("string")
+    escaped = _has_escape(source)
+    wrapped = F.when(~escaped, _wrapped_parse(source))
+    parsed = F.when(escaped, _exact_parse(source))
+    error = _parse_error(source, wrapped, escaped, parsed)
+    return _parse_value(wrapped, escaped, parsed, error), error
+
+
+def parse_stages(source: SourceColumns) -> list[list[Column]]:
+    """The deserialization as projections to add to the row one after the other; the last two add
+    ``__de`` (the deserialization error message, or null) and ``__v`` (the value VARIANT, a variant null
+    where ``__de`` is set).
+
+    Before them: ``__pe`` (the text holds a ``\\u`` escape), then ``__pw`` (the fast-path parse, only
+    without escapes) and ``__pp`` (the exact-path parse, only with escapes). Written as one expression
+    (:func:`parsed_value`), Spark evaluated the parse and the checks several times per record (the
+    value's CASE repeats the error's, and subexpression elimination does not share conditional
+    branches): about 3x the cost of parsing once. Spark's CollapseProject does not merge a projection
+    whose non-trivial columns the next one reads several times, so each stage runs once per row.
+    """
+    escaped, wrapped, parsed = F.col("__pe"), F.col("__pw"), F.col("__pp")
+    return [
+        [_has_escape(source).alias("__pe")],
+        [
+            F.when(~escaped, _wrapped_parse(source)).alias("__pw"),
+            F.when(escaped, _exact_parse(source)).alias("__pp"),
+        ],
+        [_parse_error(source, wrapped, escaped, parsed).alias("__de")],
+        [_parse_value(wrapped, escaped, parsed, F.col("__de")).alias("__v")],
+    ]
+
+
+def _has_escape(source: SourceColumns) -> Column:
+    return F.contains(source.value.cast("string"), F.lit("\\u"))
+
+
+def _wrapped_parse(source: SourceColumns) -> Column:
     # Fast path (every record without a \\u escape). Spark's parser stops after the first JSON value and
     # ignores what follows, so the text is parsed inside a two-element array ending in a sentinel string:
     # ``[<text>,"<sentinel>"]``. The record is one valid JSON value exactly when element 1 of the result is
     # the sentinel and the text itself does not contain it: trailing content either breaks the array or
     # becomes another element. Only a \\u-escaped copy of the sentinel could fake it, and texts with \\u
-    # escapes take the exact path below (it also catches lone surrogates, which only escapes can express).
-    wrapped = F.try_parse_json(F.concat(F.lit("["), text, F.lit(f',"{_SENTINEL}"]')))
+    # escapes take the exact path (it also catches lone surrogates, which only escapes can express).
+    return F.try_parse_json(F.concat(F.lit("["), source.value.cast("string"), F.lit(f',"{_SENTINEL}"]')))
+
+
+def _exact_parse(source: SourceColumns) -> Column:
+    return F.try_parse_json(source.value.cast("string"))
+
+
+def _parse_value(wrapped: Column, escaped: Column, parsed: Column, error: Column) -> Column:
+    fast_value = F.try_variant_get(wrapped, "$[0]", "variant")
+    return F.when(error.isNull(), F.when(escaped, parsed).otherwise(fast_value)).otherwise(
+        _variant_null_sql()
+    )
+
+
+def _parse_error(source: SourceColumns, wrapped: Column, escaped: Column, parsed: Column) -> Column:
+    """The deserialization error message (or null) from the escape flag and the parse that applies
+    (requires :data:`REQUIRED_SPARK_CONF` for duplicate keys). Spark's ``parse_json`` alone is laxer
+    than Python: it ignores content after the first value (``{"a":1}x``), turns ``1e400`` into Infinity
+    and lone ``\\uD800`` escapes into ``?``; those are checked here too. Known difference: Python refuses
+    nesting deeper than its recursion limit (a little under 1000), Spark accepts up to 1000."""
+    raw = source.value
+    text = raw.cast("string")
     # (coalesce: a failed parse gives null, and a null condition would count as "not an error")
     fast_ok = F.coalesce(
         (F.try_variant_get(wrapped, "$[1]", "string") == F.lit(_SENTINEL))
@@ -182,9 +236,6 @@ def parsed_value(source: SourceColumns) -> tuple[Column, Column]:
     fast_infinite = F.coalesce(
         big_exponent & F.contains(F.to_json(fast_value), F.lit("Infinity")), F.lit(False)
     )
-    has_escape = F.contains(text, F.lit("\\u"))
-
-    parsed = F.try_parse_json(text)
     trimmed = F.trim(text, F.lit(_JSON_WHITESPACE))
     first = F.substring(trimmed, 1, 1)
     last = F.substring(trimmed, -1, 1)
@@ -209,20 +260,16 @@ def parsed_value(source: SourceColumns) -> tuple[Column, Column]:
     infinite = F.contains(canonical, F.lit("Infinity")) & F.contains(
         F.regexp_replace(canonical, F.lit(_JSON_STRING), F.lit('""')), F.lit("Infinity")
     )
-    error = (
+    return (
         F.when(raw.isNull(), F.lit("record has no value (tombstone)"))
         .when(F.length(raw) == 0, F.lit("record value is empty"))
         .when(~F.is_valid_utf8(text), F.lit("invalid UTF-8"))
-        .when(~has_escape & ~fast_ok, F.lit("invalid JSON"))
-        .when(~has_escape & fast_infinite, F.lit("invalid JSON: number out of range"))
-        .when(has_escape & (parsed.isNull() | ~single_value), F.lit("invalid JSON"))
-        .when(has_escape & lone_surrogate, F.lit("invalid JSON: lone UTF-16 surrogate in a string"))
-        .when(has_escape & infinite, F.lit("invalid JSON: number out of range"))
+        .when(~escaped & ~fast_ok, F.lit("invalid JSON"))
+        .when(~escaped & fast_infinite, F.lit("invalid JSON: number out of range"))
+        .when(escaped & (parsed.isNull() | ~single_value), F.lit("invalid JSON"))
+        .when(escaped & lone_surrogate, F.lit("invalid JSON: lone UTF-16 surrogate in a string"))
+        .when(escaped & infinite, F.lit("invalid JSON: number out of range"))
     )
-    value = F.when(error.isNull(), F.when(has_escape, parsed).otherwise(fast_value)).otherwise(
-        _variant_null_sql()
-    )
-    return value, error
 
 
 def value_text(value: Column) -> Column:
@@ -463,7 +510,7 @@ def _java_replacement(pattern: str, replacement: str) -> str:
 
 def _can_match_empty(pattern: str) -> bool:
     try:
-        parsed = re._parser.parse(pattern)  # type: ignore[attr-defined]
+        parsed = importlib.import_module("re._parser").parse(pattern)  # CPython's regex parser
         return bool(parsed.getwidth()[0] == 0)
     except Exception:
         return True
@@ -1591,7 +1638,6 @@ def stage_destinations(
     This is the plan the driver runs (see :class:`DestinationStages`); tests use it too, so what is
     property-tested against the evaluator is what runs in pipelines.
     """
-    variant, error = parsed_value(source)
     value_col, error_col = F.col("__v"), F.col("__de")
     staged = [
         destination_stages(
@@ -1606,7 +1652,8 @@ def stage_destinations(
         )
         for i, (dest, handling) in enumerate(destinations)
     ]
-    frame = frame.select("*", variant.alias("__v"), error.alias("__de"))
+    for stage in parse_stages(source):
+        frame = frame.select("*", *stage)
     frame = frame.select("*", *(c for stage in staged for c in stage.first))
     frame = frame.select("*", *(c for stage in staged for c in stage.second))
     return frame, [stage.final for stage in staged]

@@ -19,6 +19,11 @@ DEFAULT_CONF: Mapping[str, str] = {
     "spark.sql.streaming.kafka.useDeprecatedOffsetFetching": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.extraJavaOptions": "-Dlog4j2.level=WARN",
+    # Batches for the Python writer are cut by record count (spark.sql.execution.arrow.maxRecordsPerBatch)
+    # only. With a byte limit, Spark 4.0 asks the Arrow writer for its size after every row, and for list
+    # columns (the headers) that walks the whole batch each time: ~15% of the JVM's time in the pipeline
+    # (bench/FINDINGS.md). Int.MaxValue is the value that turns the check off.
+    "spark.sql.execution.arrow.maxBytesPerBatch": "2147483647",
     # What the DSL compilation relies on (duplicate JSON keys: the last wins, as in the Python evaluator).
     **REQUIRED_SPARK_CONF,
 }

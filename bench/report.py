@@ -1,0 +1,245 @@
+"""The benchmark report: ``report.json`` (every measurement), ``report.md`` (tables, ratios, targets) and PNG
+plots, from the measurements of one run. Only measured figures are printed; a figure that was not measured
+says so.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.common import STREAMFORGE_RUST_MSGS_PER_S, Measurement
+from bench.stats import ratio, targets
+
+#: The configuration the targets are judged on: the default delivery mode with issue #3's two destinations.
+HEADLINE = ("spark_pipeline", "at_least_once/2dest")
+
+
+def _find(measurements: list[Measurement], scenario: str, variant: str | None = None) -> Measurement | None:
+    for m in measurements:
+        if m.scenario == scenario and (variant is None or m.variant == variant) and m.status == "measured":
+            return m
+    return None
+
+
+def summarize(measurements: list[Measurement]) -> dict[str, Any]:
+    """Ratios and targets: ``headline`` (our records/s in the HEADLINE configuration), ``raw_copy``,
+    ``python_loop`` (records/s), ``ratios`` per Spark variant (ours / raw copy, ours / Python loop, ours /
+    Rust engine) and ``targets`` (see ``bench.stats.targets``)."""
+    raw = _find(measurements, "raw_copy")
+    loop = _find(measurements, "python_loop")
+    ours = _find(measurements, *HEADLINE)
+    raw_rate = raw.records_per_s if raw else None
+    loop_rate = loop.records_per_s if loop else None
+    ours_rate = ours.records_per_s if ours else None
+    ratios = {
+        m.variant: {
+            "vs_raw_copy": ratio(m.records_per_s, raw_rate),
+            "vs_python_loop": ratio(m.records_per_s, loop_rate),
+            "vs_streamforge_rust": ratio(m.records_per_s, STREAMFORGE_RUST_MSGS_PER_S),
+        }
+        for m in measurements
+        if m.scenario == "spark_pipeline" and m.status == "measured"
+    }
+    return {
+        "headline": {"scenario": HEADLINE[0], "variant": HEADLINE[1], "records_per_s": ours_rate},
+        "raw_copy_records_per_s": raw_rate,
+        "python_loop_records_per_s": loop_rate,
+        "streamforge_rust_msgs_per_s": STREAMFORGE_RUST_MSGS_PER_S,
+        "ratios": ratios,
+        "targets": targets(ours_rate, raw_rate, loop_rate, STREAMFORGE_RUST_MSGS_PER_S),
+    }
+
+
+def _fmt(value: float | None, suffix: str = "") -> str:
+    if value is None:
+        return "not measured"
+    return f"{value:,.0f}{suffix}" if abs(value) >= 10 else f"{value:,.2f}{suffix}"
+
+
+def _met(flag: bool | None) -> str:
+    return {True: "**met**", False: "**missed**", None: "not measured"}[flag]
+
+
+def write(out_dir: Path, measurements: list[Measurement], meta: dict[str, Any]) -> dict[str, Any]:
+    """Write report.json, report.md and the plots into ``out_dir``; returns the summary."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = summarize(measurements)
+    plots = _plots(out_dir, measurements, summary)
+    (out_dir / "report.json").write_text(
+        json.dumps(
+            {"meta": meta, "summary": summary, "measurements": [m.to_json() for m in measurements]}, indent=2
+        )
+    )
+    (out_dir / "report.md").write_text(_markdown(measurements, meta, summary, plots))
+    return summary
+
+
+def _markdown(
+    measurements: list[Measurement], meta: dict[str, Any], summary: dict[str, Any], plots: list[str]
+) -> str:
+    lines = [
+        "# StreamForge Web benchmark",
+        "",
+        f"Run {meta['started']} - {meta['finished']} on {meta['host']} ({meta['cpus']} CPUs, {meta['cpu_model']}), "
+        f"mode {'quick' if meta['quick'] else 'full'}: {meta['records']:,} records of {meta['record_bytes']} bytes "
+        f"(GitHub-event-shaped JSON) in a {meta['partitions']}-partition backlog topic; Spark master "
+        f"`{meta['master']}`, at most {meta['batch']:,} records per micro-batch; latency at "
+        f"{meta['latency_rate']:,.0f} records/s offered for {meta['latency_seconds']:.0f} s.",
+        "",
+        f"Load average (1 min) during the run: min {meta['load']['min']}, median {meta['load']['median']}, "
+        f"max {meta['load']['max']} (other work shares this machine; see each row's load).",
+        "",
+        "## Targets",
+        "",
+        f"Judged on our pipeline in `{summary['headline']['variant']}` "
+        f"({_fmt(summary['headline']['records_per_s'], ' records/s')}).",
+        "",
+        "| target | required | ours | ratio | result |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for t in summary["targets"]:
+        lines.append(
+            f"| {t['name']} | {_fmt(t['required'])} | {_fmt(t['actual'])} | "
+            f"{'-' if t['ratio'] is None else t['ratio']} | {_met(t['met'])} |"
+        )
+    lines += [
+        "",
+        "## Pipeline throughput and latency",
+        "",
+        f"StreamForge's Rust engine publishes ~{STREAMFORGE_RUST_MSGS_PER_S:,} msg/s. "
+        f"Raw copy: {_fmt(summary['raw_copy_records_per_s'], ' records/s')}; "
+        f"Python loop: {_fmt(summary['python_loop_records_per_s'], ' records/s')}.",
+        "",
+        "| scenario | variant | records/s | / raw copy | / Python loop | / Rust 35k | latency p50 ms | "
+        "latency p99 ms | load (start/end) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for m in measurements:
+        if m.scenario == "dlq_console" or m.status != "measured":
+            continue
+        r = summary["ratios"].get(m.variant, {}) if m.scenario == "spark_pipeline" else {}
+        lines.append(
+            f"| {m.scenario} | {m.variant} | {_fmt(m.records_per_s)} | {r.get('vs_raw_copy') or '-'} | "
+            f"{r.get('vs_python_loop') or '-'} | {r.get('vs_streamforge_rust') or '-'} | "
+            f"{_fmt(m.latency_ms.get('p50'))} | {_fmt(m.latency_ms.get('p99'))} | "
+            f"{m.load.get('start', '-')}/{m.load.get('end', '-')} |"
+        )
+    spark = [m for m in measurements if m.scenario == "spark_pipeline" and m.status == "measured"]
+    if spark:
+        lines += [
+            "",
+            "Spark details: start-up (driver launch to first batch start), first batch, sustained rate inside "
+            "batches (records / foreachBatch time, excluding Spark's per-trigger bookkeeping), batch durations.",
+            "",
+            "| variant | start-up s | first batch s | inside batches records/s | batch ms |",
+            "|---|---:|---:|---:|---|",
+        ]
+        for m in spark:
+            e = m.extra
+            lines.append(
+                f"| {m.variant} | {e.get('startup_s')} | {e.get('first_batch_s')} | "
+                f"{_fmt(e.get('in_batch_records_per_s'))} | {', '.join(f'{b:,.0f}' for b in e.get('batch_ms', []))} |"
+            )
+    lines += ["", "## DLQ console", ""]
+    dlq = [m for m in measurements if m.scenario == "dlq_console"]
+    if not dlq:
+        lines.append("Not run in this report (`--only` left it out).")
+    else:
+        lines += ["| figure | value | status |", "|---|---:|---|"]
+        for m in dlq:
+            value = (
+                _fmt(m.records_per_s, " records/s")
+                if m.records_per_s is not None
+                else (_fmt(m.latency_ms.get("p95"), " ms") if m.latency_ms else "-")
+            )
+            label = m.extra.get("description", m.variant)
+            lines.append(f"| {label} | {value} | {m.status.replace('_', ' ')} |")
+        lines += ["", "Scenarios plug in through `bench/dlq_console.py` (`SCENARIOS`)."]
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
+    lines += [
+        "",
+        "## How these were measured",
+        "",
+        "- Raw copy: `kcat -C` (from the beginning to the end of the backlog) piped into `kcat -P` (acks=all), "
+        "records / wall time, median of the runs.",
+        "- Python loop: one process, confluent-kafka consumer -> `pipelines.dsl.evaluate_destinations` -> "
+        "idempotent producer, flush then synchronous commit every <= 1,000 records (at-least-once); sustained "
+        "rate from its commit timeline, first commit excluded.",
+        "- Spark: the real driver; sustained rate from its per-batch progress events, from the end of the first "
+        "batch to the batch completing the backlog (start-up and the first batch excluded).",
+        "- Latency: records offered at a fixed rate to a LogAppendTime source topic; each destination record "
+        "(LogAppendTime topic) is matched to its source record through the `x-streamforge-source` lineage "
+        "header; latency = destination append time - source append time (one clock, the broker's).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _plots(out_dir: Path, measurements: list[Measurement], summary: dict[str, Any]) -> list[str]:
+    """Throughput and latency bar charts; returns the file names written (none without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    names: list[str] = []
+    rows = [m for m in measurements if m.records_per_s is not None and m.scenario != "dlq_console"]
+    if rows:
+        fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 2))
+        labels = [f"{m.scenario}\n{m.variant}" for m in rows]
+        colors = [{"raw_copy": "#888888", "python_loop": "#d9822b"}.get(m.scenario, "#2b6cb0") for m in rows]
+        ax.barh(labels, [m.records_per_s or 0 for m in rows], color=colors)
+        ax.axvline(
+            STREAMFORGE_RUST_MSGS_PER_S, color="#c53030", linestyle="--", label="StreamForge Rust ~35k"
+        )
+        raw = summary["raw_copy_records_per_s"]
+        loop = summary["python_loop_records_per_s"]
+        if raw:
+            ax.axvline(raw / 2, color="#555555", linestyle=":", label="50% of raw copy")
+        if loop:
+            ax.axvline(loop * 3, color="#d9822b", linestyle=":", label="3x Python loop")
+        ax.invert_yaxis()
+        ax.set_xlabel("records/s (1 KB records)")
+        ax.set_title("Sustained throughput")
+        ax.legend(loc="lower right", fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out_dir / "throughput.png", dpi=110)
+        plt.close(fig)
+        names.append("throughput.png")
+    lat = [m for m in measurements if m.latency_ms.get("p50") is not None]
+    if lat:
+        fig, ax = plt.subplots(figsize=(9, 0.5 * len(lat) + 2))
+        labels = [f"{m.scenario}\n{m.variant}" for m in lat]
+        y = list(range(len(lat)))
+        ax.barh([v - 0.2 for v in y], [m.latency_ms["p50"] for m in lat], height=0.4, label="p50")
+        ax.barh([v + 0.2 for v in y], [m.latency_ms.get("p99", 0) for m in lat], height=0.4, label="p99")
+        ax.set_yticks(y, labels)
+        ax.invert_yaxis()
+        ax.set_xlabel("end-to-end latency, ms (broker append time to broker append time)")
+        ax.set_title("Latency at a fixed offered rate")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out_dir / "latency.png", dpi=110)
+        plt.close(fig)
+        names.append("latency.png")
+    spark = [m for m in measurements if m.scenario == "spark_pipeline" and m.extra.get("batch_ms")]
+    if spark:
+        fig, ax = plt.subplots(figsize=(9, 4))
+        for m in spark:
+            pairs = zip(m.extra.get("batch_consumed", []), m.extra["batch_ms"], strict=False)
+            rates = [n / (ms / 1000) for n, ms in pairs if ms]
+            ax.plot(range(len(rates)), rates, marker="o", label=m.variant)
+        ax.set_xlabel("micro-batch")
+        ax.set_ylabel("records/s inside the batch")
+        ax.set_title("Spark micro-batches (the first pays for warm-up)")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out_dir / "batches.png", dpi=110)
+        plt.close(fig)
+        names.append("batches.png")
+    return names
