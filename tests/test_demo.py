@@ -121,7 +121,10 @@ def test_the_demo_runs_headless_and_a_fixed_dead_letter_reaches_its_destination(
         )
         assert json.loads(arrived[0].value)["commits"] == event["payload"]["size"]
         assert api.call("GET", f"/api/dlq/messages/{dead['id']}/")[1]["status"] == "replayed"
-        assert api.call("GET", "/api/pipelines/github-demo/metrics/")[1]["rates"]["consumed_per_second"] > 0
+        # Throughput reached the control plane (the rate window is 60 s; on a loaded machine one micro-batch
+        # can take longer than that, so the running totals are what must have moved).
+        metrics = api.call("GET", "/api/pipelines/github-demo/metrics/")[1]
+        assert metrics["totals"]["consumed"] > 0, metrics
     finally:
         os.killpg(demo.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
         try:

@@ -204,7 +204,7 @@ def transforms(draw: st.DrawFn) -> str:
     inner = draw(
         st.sampled_from([path, f"ARITHMETIC:DIV,{path},0", f"STRING:UPPER,{path}", f"EXTRACT:{path},f"])
     )
-    fallback = draw(st.sampled_from(["null", "0", "fb", '{"k":1}']))
+    fallback = draw(st.sampled_from(["null", "0", '"fb"', '{"k":1}']))  # fallbacks are literals: quoted
     return f"TRY:{inner},{fallback}"
 
 
