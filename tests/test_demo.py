@@ -1,6 +1,7 @@
 """The main job, headless: ``python -m devstack --profile test demo`` starts the stack and the demo pipeline
-over real GitHub events; through the REST API alone this test fixes and replays one dead letter and sees it
-arrive on its destination topic, then stops the demo with SIGINT as a terminal's Ctrl-C would and checks that
+over real GitHub events; a real browser sees the running pipeline's figures move on the overview without a
+reload; through the REST API alone this test fixes and replays one dead letter and sees it arrive on its
+destination topic, then stops the demo with SIGINT as a terminal's Ctrl-C would and checks that
 exactly what the demo started was stopped (the suite's own Kafka and Redis keep running)."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from devstack.services import running_process
 from pipelines.spark import contract as c
 from tests.pipelines.spark.harness import consume_all
 
-pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.spark]
+pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.spark, pytest.mark.browser]
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = PROFILES["test"]
@@ -63,6 +64,44 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, log: Path)
     )
 
 
+def watch_the_overview_move(password: str, log: Path) -> None:
+    """In Debian's Chromium: sign in to the running demo, open the overview and see the real pipeline's
+    figures (records/s, lag, DLQ backlog) change without a reload, pushed over the websocket as the real
+    driver's batches are ingested. A screenshot is saved with the other browser screenshots."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            page.goto(f"{PROFILE.web_url}/login/")
+            page.fill("input[name=username]", "admin")
+            page.fill("input[name=password]", password)
+            page.click("button[type=submit]")
+            page.wait_for_url(f"{PROFILE.web_url}/")
+            row = page.locator('tr[data-pipeline="github-demo"]')
+            cells = ('[data-field="consumed_per_second"]', '[data-field="lag"]', '[data-field="dlq_backlog"]')
+
+            def figures() -> tuple[str, ...]:
+                return tuple(row.locator(cell).inner_text() for cell in cells)
+
+            page.evaluate("window.__loaded = true")  # gone if the page reloads
+            first = figures()
+            deadline = time.monotonic() + 120
+            while figures() == first and time.monotonic() < deadline:
+                page.wait_for_timeout(1000)
+            assert figures() != first, (
+                f"the overview did not move in 120 s: {first}\n{log.read_text()[-2000:]}"
+            )
+            assert page.evaluate("window.__loaded === true"), "the page reloaded"
+            assert page.locator("#live-indicator").get_attribute("data-state") == "live"
+            shots = REPO / "artifacts" / "screenshots"
+            shots.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(shots / "demo-overview.png"))
+        finally:
+            browser.close()
+
+
 def test_the_demo_runs_headless_and_a_fixed_dead_letter_reaches_its_destination(tmp_path):
     log = tmp_path / "demo.log"
     before = {name for name in ("kafka", "redis") if running_process(PROFILE, name) is not None}
@@ -86,6 +125,9 @@ def test_the_demo_runs_headless_and_a_fixed_dead_letter_reaches_its_destination(
             "running",
             log,
         )
+        password = re.search(r"sign in as\s+admin / (\S+)", log.read_text())
+        assert password is not None
+        watch_the_overview_move(password.group(1), log)
         dead = wait_for(
             lambda: [
                 m

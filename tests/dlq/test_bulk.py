@@ -1,5 +1,6 @@
 """Bulk actions on the real broker: a 5,000-message replay at 500 messages/s that needs an approver, shows
-progress, is paused half-way, resumed, and replays each message exactly once; bulk skips; cancel."""
+progress, is cancelled half-way, resumed, and replays each message exactly once; a bulk skip paused and
+resumed; a dead worker's bulk taken over."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def run_in_thread(bulk_id: int) -> threading.Thread:
     return thread
 
 
-def test_a_large_bulk_replay_is_approved_paused_resumed_and_replays_each_message_once(
+def test_a_large_bulk_replay_is_approved_cancelled_half_way_resumed_and_replays_each_message_once(
     people, pipeline, park, github_events, kafka_admin, kafka_bootstrap, queued
 ):
     source = pipeline.current_revision.spec["source"]["topics"][0]
@@ -91,13 +92,13 @@ def test_a_large_bulk_replay_is_approved_paused_resumed_and_replays_each_message
             if progress["processed"] >= 2_500:
                 break
             time.sleep(0.25)
-        paused = operator.post(
-            f"/api/dlq/bulk/{bulk_id}/pause/", {"reason": "check the first half"}, format="json"
+        cancelled = operator.post(
+            f"/api/dlq/bulk/{bulk_id}/cancel/", {"reason": "check the first half"}, format="json"
         )
-        assert paused.status_code == 200
+        assert cancelled.status_code == 200
         worker.join(timeout=30)
         half = BulkAction.objects.get(pk=bulk_id)
-        assert half.state == BulkState.PAUSED
+        assert half.state == BulkState.CANCELLED
         assert 2_500 <= half.processed < 5_000
         assert len(set(seen)) > 5, f"progress should move in steps, saw {seen}"
         first_rate = half.processed / (time.monotonic() - started)
@@ -124,7 +125,9 @@ def test_a_large_bulk_replay_is_approved_paused_resumed_and_replays_each_message
         kafka_admin.delete_topics([source])[source].result(timeout=30)
 
 
-def test_a_small_bulk_skip_runs_without_approval_and_a_cancel_stops_it(people, pipeline, park, queued):
+def test_a_small_bulk_skip_runs_without_approval_and_can_be_paused_and_resumed(
+    people, pipeline, park, queued
+):
     park(pipeline, [(b"k", b"{}", "MessageDeserialization", "invalid JSON") for _ in range(30)])
     operator = api_for(people["operator"])
     missing_reason = operator.post(
@@ -140,12 +143,16 @@ def test_a_small_bulk_skip_runs_without_approval_and_a_cancel_stops_it(people, p
     assert created["state"] == "queued"
     worker = run_in_thread(created["id"])
     time.sleep(1.0)
-    assert operator.post(f"/api/dlq/bulk/{created['id']}/cancel/", {}, format="json").status_code == 200
+    assert operator.post(f"/api/dlq/bulk/{created['id']}/pause/", {}, format="json").status_code == 200
     worker.join(timeout=20)
-    cancelled = BulkAction.objects.get(pk=created["id"])
-    assert cancelled.state == BulkState.CANCELLED
-    assert 0 < cancelled.processed < 30
-    assert DeadLetter.objects.filter(status=Status.SKIPPED).count() == cancelled.processed
+    paused = BulkAction.objects.get(pk=created["id"])
+    assert paused.state == BulkState.PAUSED
+    assert 0 < paused.processed < 30
+    assert DeadLetter.objects.filter(status=Status.SKIPPED).count() == paused.processed
+    assert operator.post(f"/api/dlq/bulk/{created['id']}/resume/", {}, format="json").status_code == 200
+    run_in_thread(created["id"]).join(timeout=20)
+    assert BulkAction.objects.get(pk=created["id"]).state == BulkState.COMPLETED
+    assert DeadLetter.objects.filter(status=Status.SKIPPED).count() == 30
     bad_filter = operator.post(
         "/api/dlq/bulk/", {"kind": "skip", "filters": {"colour": "red"}, "reason": "r"}, format="json"
     )
