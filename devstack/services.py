@@ -249,6 +249,15 @@ def django_env(profile: Profile) -> dict[str, str]:
     }
 
 
+def kafka_cluster_id() -> str:
+    """A random KRaft cluster id: 16 random bytes in URL-safe base64 without padding, never starting with
+    "-" (the storage tool would take it for an option; Kafka's own ``Uuid.randomUuid`` redraws those too)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def _kafka(profile: Profile) -> Service:
     data_dir = profile.state_dir / "kafka" / "data"
     config = profile.state_dir / "kafka" / "server.properties"
@@ -266,7 +275,7 @@ def _kafka(profile: Profile) -> Service:
             )
         )
         if not (data_dir / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster_id = kafka_cluster_id()
             result = subprocess.run(
                 [java, "-cp", f"{jar_dir}/*", "kafka.tools.StorageTool", "format", "-t", cluster_id,
                  "-c", str(config)],

@@ -68,3 +68,15 @@ def test_a_service_that_exits_while_starting_fails_with_its_log_tail(profile):
     )
     with pytest.raises(StackError, match=r"(?s)exited with code 3.*boom: bad config"):
         start(profile, service)
+
+
+def test_a_kraft_cluster_id_never_looks_like_an_option():
+    """About 1 in 64 random ids starts with "-", which kafka-storage took for a flag (a first `make demo`
+    failed that way); every id is 22 URL-safe base64 characters and never starts with "-"."""
+    import re
+
+    from devstack.services import kafka_cluster_id
+
+    ids = [kafka_cluster_id() for _ in range(5_000)]
+    assert all(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_-]{21}", i) for i in ids)
+    assert len(set(ids)) == len(ids)
