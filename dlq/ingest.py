@@ -238,8 +238,6 @@ def store_batch(
         _link_replays(rows, replay_ids)
         DeadLetter.objects.bulk_create(rows, batch_size=500)
         _save_hourly(saved_groups, arrivals)
-        if any(row.pk is None for row in rows):  # backends that do not return ids from bulk inserts
-            _reload_ids(rows)
         result.inserted = len(rows)
         result.new_ids = [int(row.pk) for row in rows]
         summary = _arrival_summary(rows)
@@ -337,17 +335,6 @@ def _link_replays(rows: list[DeadLetter], replay_ids: dict[str, int]) -> None:
     for replay_id, dead_letter_id in replays:
         rows[replay_ids[str(replay_id)]].replay_of_id = dead_letter_id
     Replay.objects.filter(replay_id__in=list(replay_ids)).update(state=ReplayState.FAILED_AGAIN)
-
-
-def _reload_ids(rows: list[DeadLetter]) -> None:
-    found = {
-        (t, i, p, o): pk
-        for pk, t, i, p, o in DeadLetter.objects.filter(
-            dlq_topic__in={r.dlq_topic for r in rows}, dlq_offset__in=[r.dlq_offset for r in rows]
-        ).values_list("pk", "dlq_topic", "dlq_topic_id", "dlq_partition", "dlq_offset")
-    }
-    for row in rows:
-        row.pk = found[(row.dlq_topic, row.dlq_topic_id, row.dlq_partition, row.dlq_offset)]
 
 
 def _arrival_summary(rows: Iterable[DeadLetter]) -> list[broadcast.Arrival]:

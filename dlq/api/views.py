@@ -227,31 +227,25 @@ class ApprovalViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[Approval
         """Approval requests, newest first."""
         return super().list(request, *args, **kwargs)
 
-    @extend_schema(request=OptionalReasonSerializer, responses={200: ApprovalSerializer})
-    @action(detail=True, methods=["post"])
-    def approve(self, request: Request, pk: str) -> Response:
-        """Approve and carry out the request."""
+    def _decide(self, request: Request, decision: Any) -> Response:
         serializer = OptionalReasonSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        approval = services.approve(
-            actor=request.user,  # type: ignore[arg-type]
-            approval=self.get_object(),
-            reason=serializer.validated_data["reason"],
+        approval = decision(
+            actor=request.user, approval=self.get_object(), reason=serializer.validated_data["reason"]
         )
         return Response(ApprovalSerializer(approval).data)
 
     @extend_schema(request=OptionalReasonSerializer, responses={200: ApprovalSerializer})
     @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str) -> Response:
+        """Approve and carry out the request."""
+        return self._decide(request, services.approve)
+
+    @extend_schema(request=OptionalReasonSerializer, responses={200: ApprovalSerializer})
+    @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str) -> Response:
         """Reject the request."""
-        serializer = OptionalReasonSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        approval = services.reject(
-            actor=request.user,  # type: ignore[arg-type]
-            approval=self.get_object(),
-            reason=serializer.validated_data["reason"],
-        )
-        return Response(ApprovalSerializer(approval).data)
+        return self._decide(request, services.reject)
 
 
 class FailureGroupViewSet(viewsets.ReadOnlyModelViewSet[FailureGroup]):
