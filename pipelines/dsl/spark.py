@@ -231,10 +231,13 @@ def _parse_error(source: SourceColumns, wrapped: Column, escaped: Column, parsed
         F.lit(False),
     )
     fast_value = F.try_variant_get(wrapped, "$[0]", "variant")
-    # 1e400 parses to an infinite double in Spark; Python refuses it. Only a 3+ digit exponent can overflow.
-    big_exponent = text.rlike(r"[0-9][eE][+]?[0-9]{3}")
+    # 1e400 parses to an infinite double in Spark; Python refuses it. A JSON number can only exceed the
+    # double range (1.8e308) with a 3+ digit exponent or with 309+ digits before its point (a number
+    # of 39+ digits is a double in the variant, not a decimal). The look-behind makes the digit-run
+    # branch start only where a run starts, so the scan stays linear in the text.
+    may_overflow = text.rlike(r"[0-9][eE][+]?[0-9]{3}|(?<![0-9])[0-9]{309}")
     fast_infinite = F.coalesce(
-        big_exponent & F.contains(F.to_json(fast_value), F.lit("Infinity")), F.lit(False)
+        may_overflow & F.contains(F.to_json(fast_value), F.lit("Infinity")), F.lit(False)
     )
     trimmed = F.trim(text, F.lit(_JSON_WHITESPACE))
     first = F.substring(trimmed, 1, 1)

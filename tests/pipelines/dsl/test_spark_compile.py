@@ -422,6 +422,9 @@ def test_construct_keeps_the_written_field_order_in_the_produced_bytes(spark):
         b"1 2",
         b'"\\ud800"',
         b"1e400",
+        b'{"a": [1E+0400]}',
+        b'{"n": ' + b"2" * 309 + b".5}",
+        b"[" + b"9" * 320 + b"]",
         b"NaN",
         b"[1,]",
     ],
@@ -433,7 +436,15 @@ def test_undecodable_values_are_message_deserialization_errors(spark, raw):
 
 
 def test_values_python_accepts_are_not_refused(spark):
-    values = [b' {"a": [1, {"b": null}]} ', b'"\\ud83d\\ude00"', b'{"a":1,"a":2}', b"-0", b"1E-7", b'"a\\"}"']
+    values = [
+        b' {"a": [1, {"b": null}]} ',
+        b'"\\ud83d\\ude00"',
+        b'{"a":1,"a":2}',
+        b"-0",
+        b"1E-7",
+        b'"a\\"}"',
+        b'{"n": 1' + b"0" * 307 + b".5}",
+    ]
     check_agreement(
         spark, [destination(), destination(transform="/a")], [msg(v) for v in values], ev.ErrorHandling()
     )
