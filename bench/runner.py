@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
-from bench import dlq_console, python_loop, raw_copy, report, spark_pipeline
+from bench import dlq_console, python_loop, raw_copy, report, spark_pipeline, spark_reference
 from bench.common import (
     REPO,
     Context,
@@ -32,7 +32,9 @@ from bench.common import (
 )
 
 #: Scenario modules in the order they run (cheap and native first).
-SCENARIOS: dict[str, ModuleType] = {m.NAME: m for m in (raw_copy, python_loop, spark_pipeline, dlq_console)}
+SCENARIOS: dict[str, ModuleType] = {
+    m.NAME: m for m in (raw_copy, python_loop, spark_pipeline, spark_reference, dlq_console)
+}
 
 
 def _cpu_model() -> str:

@@ -84,6 +84,7 @@ def test_summary_uses_the_headline_variant():
         Measurement("python_loop", "2dest", records_per_s=10_000),
         Measurement("spark_pipeline", "at_most_once/2dest", records_per_s=50_000),
         Measurement("spark_pipeline", "at_least_once/2dest", records_per_s=20_000),
+        Measurement("spark_reference", "Kafka -> Kafka copy", records_per_s=40_000),
         Measurement("dlq_console", "ingest", status="not_implemented"),
     ]
     summary = summarize(measurements)
@@ -92,5 +93,7 @@ def test_summary_uses_the_headline_variant():
         "vs_raw_copy": 0.25,
         "vs_python_loop": 2.0,
         "vs_streamforge_rust": 0.57,
+        "vs_spark_copy": 0.5,
     }
+    assert summary["spark_copy_records_per_s"] == 40_000
     assert [t["met"] for t in summary["targets"]] == [False, False, False]
