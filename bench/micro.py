@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from bench.common import Services, load1, one_kb_records, pipeline_spec
 from bench.stats import median
-from pipelines.dsl.spark import SourceColumns, parsed_value, stage_destinations
+from pipelines.dsl.spark import SourceColumns, parse_stages, parsed_value, stage_destinations
 from pipelines.spark.session import build_session
 from pipelines.spec import parse_spec
 
@@ -75,6 +75,12 @@ def cases(source: DataFrame, destinations: int) -> dict[str, Callable[[], DataFr
         v, e = parsed_value(SourceColumns.kafka())
         return source.select(v.isNull().alias("v"), e.alias("e"))
 
+    def deserialization_staged() -> DataFrame:
+        frame = source
+        for stage in parse_stages(SourceColumns.kafka()):
+            frame = frame.select("*", *stage)
+        return frame.select(F.col("__v").isNull().alias("v"), F.col("__de").alias("e"))
+
     def staged() -> DataFrame:
         frame, finals = stage_destinations(
             source, [(d.compiled(), spec.error_handling) for d in spec.destinations],
@@ -105,6 +111,7 @@ def cases(source: DataFrame, destinations: int) -> dict[str, Callable[[], DataFr
         "scan": value_only,
         "try_parse_json": parse_json_only,
         "parsed_value": parsed_value_only,
+        "deserialization_staged": deserialization_staged,
         "staged_destinations": staged,
         "enrich": enriched,
         "enrich+arrow": enriched_arrow,

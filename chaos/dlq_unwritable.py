@@ -1,8 +1,16 @@
-"""Fault 5: the DLQ topic made unwritable (its ``max.message.bytes`` set to 64, smaller than any DLQ record).
+"""Fault 5: the DLQ topic made unwritable (its ``max.message.bytes`` set to 160, smaller than any DLQ record).
 
 Why not delete it: deleting a topic also deletes the DLQ records already in it, and a recreated topic
 starts its offsets at 0 again, so the run could no longer prove where earlier failures went. A topic whose
 limit refuses every record is just as unwritable for the driver (the broker answers MESSAGE_TOO_LARGE).
+
+Why 160 and not less: the limit also applies to the transaction markers the coordinator writes when an
+effectively_once transaction that touched the DLQ is aborted (a control batch of 78 bytes: the 61-byte batch
+header and a 17-byte control record). Kafka's coordinator treats RecordTooLarge on a marker as fatal and
+leaves the transaction in PrepareAbort until it reloads (a broker restart); read_committed readers stall at
+that point and a new producer with the same transactional.id gets CONCURRENT_TRANSACTIONS forever. The first
+full run used 64 and found exactly that. Every DLQ record is far larger than 160 bytes (the
+``x-streamforge-*`` headers alone are), so the topic still refuses all of them.
 
 Expected: the pipeline HALTS with DeadLetterQueue (exit 3, not restarted automatically), and it has
 committed no source offset whose failure did not reach the DLQ. After the repair (the limit restored) an
@@ -26,7 +34,7 @@ from pipelines.supervision import request_start
 TITLE = (
     "DLQ topic made unwritable: HALT with DeadLetterQueue, nothing committed past it, no loss after repair"
 )
-TINY = "64"
+TINY = "160"
 
 
 def _set_limit(admin: AdminClient, topic: str, value: str) -> None:
