@@ -180,15 +180,20 @@ class PipelineHandle:
     def committed(self) -> dict[int, int]:
         """{source partition: committed offset} of the pipeline's consumer group (-1001: none yet)."""
         topic = self.spec.source.topics[0]
-        consumer = Consumer(
-            {"bootstrap.servers": self.bootstrap, "group.id": self.spec.source.consumer_group}
-        )
-        try:
-            metadata = consumer.list_topics(topic, timeout=10).topics[topic]
-            parts = [TopicPartition(topic, p) for p in metadata.partitions]
-            return {tp.partition: tp.offset for tp in consumer.committed(parts, timeout=10)}
-        finally:
-            consumer.close()
+
+        def read() -> dict[int, int]:
+            consumer = Consumer(
+                {"bootstrap.servers": self.bootstrap, "group.id": self.spec.source.consumer_group}
+            )
+            try:
+                metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+                parts = [TopicPartition(topic, p) for p in metadata.partitions]
+                return {tp.partition: tp.offset for tp in consumer.committed(parts, timeout=10)}
+            finally:
+                consumer.close()
+
+        # Right after a broker restart the group coordinator is still loading: NOT_COORDINATOR for a while.
+        return accounting.retrying(read)
 
     def caught_up(self, ends: dict[int, int]) -> bool:
         """Whether every source partition is committed up to ``ends`` (an empty partition counts)."""

@@ -15,11 +15,11 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from pipelines.dsl import Message, evaluate_destination
 from pipelines.spark import contract as c
@@ -62,17 +62,56 @@ def _to_record(message: Any) -> Record:
     )
 
 
+T = TypeVar("T")
+
+#: Errors a broker answers while it starts or moves leadership; the same request succeeds a moment later.
+_TRANSIENT = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TRANSPORT,
+    KafkaError._TIMED_OUT,
+    KafkaError._ALL_BROKERS_DOWN,
+}
+
+
+def retrying(call: Callable[[], T], *, within: float = 60.0) -> T:
+    """``call()``, repeated (0.5 s, doubling to 4 s) while it raises a KafkaException that a restarting or
+    re-electing broker answers (not leader, not coordinator, coordinator loading, transport errors), for
+    at most ``within`` seconds; then, or on any other error, the exception is raised."""
+    deadline = time.monotonic() + within
+    delay = 0.5
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            transient = error is not None and (error.code() in _TRANSIENT or error.retriable())
+            if not transient or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 4.0)
+
+
 def end_offsets(bootstrap: str, topic: str, *, timeout: float = 10.0) -> dict[int, int]:
-    """{partition: high watermark} of ``topic`` now (the offset the next record will get)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{uuid.uuid4()}"})
-    try:
-        metadata = consumer.list_topics(topic, timeout=timeout).topics[topic]
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1]
-            for p in metadata.partitions
-        }
-    finally:
-        consumer.close()
+    """{partition: high watermark} of ``topic`` now (the offset the next record will get). Retried for up
+    to a minute while the broker is restarting or moving leadership (see :func:`retrying`)."""
+
+    def read() -> dict[int, int]:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{uuid.uuid4()}"})
+        try:
+            metadata = consumer.list_topics(topic, timeout=timeout).topics[topic]
+            return {
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1]
+                for p in metadata.partitions
+            }
+        finally:
+            consumer.close()
+
+    return retrying(read)
 
 
 def consume_all(

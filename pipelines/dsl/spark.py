@@ -398,7 +398,8 @@ def _float_text(number: Column) -> Column:
     """serde_json/ryu spelling of a finite double (``evaluate._rust_float_text``).
 
     Digits come from Java's ``Double.toString``, which on Java 17 is not always the shortest
-    round-trip form (JDK-4511638, fixed in Java 19): rare values differ from Python's ``repr``.
+    round-trip form (JDK-4511638, fixed in Java 19); up to two surplus digits are dropped again when
+    the shorter digits read back as the same double, which gives Python's ``repr`` digits.
     """
 
     def split(java: Column) -> Column:  # java: "123.45" or "1.2345E-7"
@@ -446,9 +447,29 @@ def _float_text(number: Column) -> Column:
             )
         )
 
+    def shorter(parts: Column) -> Column:
+        # Java 17 sometimes prints more digits than the shortest form that reads back as the same double
+        # (JDK-4511638). Drop the last digit (rounding half up) when the result still reads back as the
+        # same double; the carry of 99..9 -> 100..0 moves the decimal point one place. (The double is
+        # read back from the parts, so the lambda refers to nothing outside it: a Python UDF such as
+        # MURMUR64's over this text could not be extracted otherwise.)
+        digits, exponent = parts["digits"], parts["exponent"]
+
+        def value(d: Column, e: Column) -> Column:
+            return F.concat(F.lit("0."), d, F.lit("E"), e.cast("string")).cast("double")
+
+        rounded = F.round(digits.cast("decimal(38,0)"), -1).cast("string")
+        candidate = F.regexp_replace(rounded, r"0+$", "")
+        moved = exponent + F.length(rounded) - F.length(digits)
+        reads_back = F.coalesce(value(candidate, moved) == value(digits, exponent), F.lit(False))
+        return F.when(
+            (F.length(digits) > 1) & reads_back,
+            F.struct(candidate.alias("digits"), moved.alias("exponent")),
+        ).otherwise(parts)
+
     def text(n: Column) -> Column:
         sign = F.when(n < 0, F.lit("-")).otherwise(F.lit(""))
-        body = _let(_let(F.abs(n).cast("string"), split), layout)
+        body = _let(_let(_let(_let(F.abs(n).cast("string"), split), shorter), shorter), layout)
         return F.when(n == 0, F.lit("0.0")).otherwise(F.concat(sign, body))
 
     return _let(number, text)

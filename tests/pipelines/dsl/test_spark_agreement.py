@@ -93,7 +93,11 @@ def messages(draw: st.DrawFn) -> list[ev.Message]:
         value: object = draw(st.one_of(OBJECTS, OBJECTS, JSON_VALUES))
         raw: bytes | None = json.dumps(value, ensure_ascii=draw(st.booleans())).encode()
         if draw(st.integers(0, 30)) == 0:
-            raw = draw(st.sampled_from([None, b"", b"{", b"\xff", b"{}x", b'"\\udc00"', b"[1e999]", OVERFLOWING_DIGITS]))
+            raw = draw(
+                st.sampled_from(
+                    [None, b"", b"{", b"\xff", b"{}x", b'"\\udc00"', b"[1e999]", OVERFLOWING_DIGITS]
+                )
+            )
         key = draw(st.one_of(st.none(), st.binary(max_size=4), TEXT.map(str.encode)))
         headers = draw(
             st.lists(st.tuples(HEADER_NAMES, st.one_of(st.none(), st.binary(max_size=3))), max_size=3)

@@ -526,3 +526,28 @@ def test_cache_lookup_reads_the_store_the_factory_gives(spark):
         spark, dests, MESSAGES[:2], ev.ErrorHandling(), store_factory=_users_store, store=_users_store()
     )
     assert json.loads(got[0][0].value or b"")["profile"] == {"tier": "gold"}
+
+
+# Doubles whose Java 17 Double.toString has one or two digits more than the shortest form that reads
+# back (JDK-4511638), found by a search over random doubles; the first by the agreement test.
+JAVA17_LONG_DOUBLES = [
+    6.550648167897426e16,
+    2.8321410838618858e17,
+    2.681447534367114e18,
+    4.512774640366033e16,
+    1.0018974447488302e18,
+    -9.027226804708337e17,
+    0.1,
+    1e-7,
+    123.456,
+]
+
+
+def test_float_text_is_the_shortest_form_even_where_java_17_prints_more_digits(spark):
+    # key and header transforms read the transformed value: the hash goes to a destination of its own
+    dests = [
+        destination(transform="HASH:MD5,/n"),
+        destination(key="n-{/n}", header_transforms=(("n", "FROM:/n"),)),
+    ]
+    got = check_agreement(spark, dests, [msg({"n": n}) for n in JAVA17_LONG_DOUBLES], ev.ErrorHandling())
+    assert [o.key for [_, o] in got][:2] == [b"n-6.550648167897426e16", b"n-2.8321410838618858e17"]
