@@ -452,7 +452,7 @@ class BatchWriter:
         while True:
             try:
                 self.producer.produce(topic, value=value, key=key, headers=headers, timestamp=timestamp or 0,  # type: ignore[arg-type]
-                                      on_delivery=self._failure_reporter(row, dest, topic, timestamp))  # fmt: skip
+                                      on_delivery=self._failure_reporter(row, dest, topic, headers, timestamp))  # fmt: skip
                 return
             except BufferError:
                 self.producer.poll(0.05)
@@ -462,13 +462,19 @@ class BatchWriter:
                 return
 
     def _failure_reporter(
-        self, row: int, dest: int, topic: str, timestamp: int | None
+        self,
+        row: int,
+        dest: int,
+        topic: str,
+        headers: list[tuple[str, bytes | None]],
+        timestamp: int | None,
     ) -> Callable[[Any, Any], None]:
+        # The headers travel in the closure: a delivery report's message has none (confluent-kafka gives
+        # ``headers() is None`` there), and a retry rebuilt from it lost every header, the lineage one
+        # included (found by `make chaos`, broker restart, at_least_once).
         def report(err: KafkaError | None, msg: Any) -> None:
             if err is not None:
-                pending = _Pending(
-                    row, dest, topic, msg.value(), msg.key(), list(msg.headers() or []), timestamp
-                )
+                pending = _Pending(row, dest, topic, msg.value(), msg.key(), headers, timestamp)
                 self.failed.append((pending, err))
 
         return report

@@ -63,3 +63,35 @@ def test_a_fatal_error_is_raised_at_once(flaky):
     with pytest.raises(KafkaException):
         writer._transactional_producer(CONFIG, "streamforge-p-t-0")
     assert flaky.calls == 1
+
+
+class _DeliveryReport:
+    """What confluent-kafka hands a delivery callback: value and key, but ``headers()`` is None."""
+
+    def value(self) -> bytes:
+        return b'{"a":1}'
+
+    def key(self) -> bytes:
+        return b"k"
+
+    def headers(self) -> None:
+        return None
+
+
+def test_a_failed_delivery_is_retried_with_its_headers():
+    """The fast path rebuilds a failed record from its delivery report; the headers (the lineage header
+    among them) must come along, or the retry writes a record nobody can trace (`make chaos`, broker
+    restart, at_least_once)."""
+    batch_writer = writer.BatchWriter(CONFIG)
+    headers = [("x-streamforge-source", b"events/0/1004"), ("trace", None)]
+    report = batch_writer._failure_reporter(3, 0, "t", headers, 1_700_000_000_000)
+    report(KafkaError(KafkaError._MSG_TIMED_OUT), _DeliveryReport())
+    [(pending, error)] = batch_writer.failed
+    assert error.code() == KafkaError._MSG_TIMED_OUT
+    assert (pending.topic, pending.value, pending.key, pending.timestamp) == (
+        "t",
+        b'{"a":1}',
+        b"k",
+        1_700_000_000_000,
+    )
+    assert pending.headers == headers
