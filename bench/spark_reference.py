@@ -18,6 +18,7 @@ Neither is one of our delivery modes; the report lists them apart as references.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import subprocess
 import sys
@@ -100,17 +101,14 @@ def _query(args: argparse.Namespace) -> dict[str, Any]:
 
 def _epoch_ms(stamp: str) -> float:
     """Milliseconds since the epoch of a progress timestamp (``2026-11-21T12:00:00.123Z``, UTC)."""
-    import datetime as dt
-
     return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000
 
 
 def run_variant(ctx: Context, variant: str, index: int) -> Measurement:
     """One reference query of ``variant`` over the backlog in a child process."""
     n = len(ctx.records)
-    dests = [ctx.topics.create(f"ref-{variant}-{index}-d{i}", ctx.partitions) for i in range(2)]
-    if variant == "copy":
-        dests = dests[:1]
+    count = 1 if variant == "copy" else 2
+    dests = [ctx.topics.create(f"ref-{variant}-{index}-d{i}", ctx.partitions) for i in range(count)]
     before = load1()
     sampler = LoadSampler().start()
     started = time.time()
