@@ -215,7 +215,7 @@ def ingest_rate(bootstrap: str, *, records: int, world: dict[str, Any]) -> dict[
 
     from dlq.ingest import Ingester
     from dlq.models import DeadLetter, DlqTopic
-    from pipelines.spark import contract as c
+    from streamforge_core import contract as c
 
     topic = f"bench-dlq-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -267,7 +267,7 @@ def bulk_replay_rate(bootstrap: str, *, records: int, world: dict[str, Any]) -> 
     from dlq.filters import MessageFilter
     from dlq.ingest import Record, TopicOwner, store_batch
     from dlq.models import BulkState
-    from pipelines.spark import contract as c
+    from streamforge_core import contract as c
     from streamforge_web.models import Membership, Role
 
     pipeline = world["pipelines"][1]

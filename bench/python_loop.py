@@ -33,7 +33,7 @@ def loop(spec_file: Path, pipeline: str, bootstrap: str) -> int:
     from confluent_kafka import Consumer, Producer
 
     from pipelines.dsl import Message, evaluate_destinations
-    from pipelines.spark import contract as c
+    from streamforge_core import contract as c
     from pipelines.spec import parse_spec
 
     spec = parse_spec(json.loads(spec_file.read_text()), pipeline_name=pipeline)

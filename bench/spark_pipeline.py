@@ -29,7 +29,7 @@ import redis
 from bench.common import Context, LoadSampler, Measurement, load1, pipeline_spec
 from bench.latency import latencies_ms, offer
 from bench.stats import latency_summary, median, sustained_rate
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 from tests.pipelines.spark.harness import DriverProcess
 
 NAME = "spark_pipeline"

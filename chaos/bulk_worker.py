@@ -22,7 +22,7 @@ from dlq.filters import MessageFilter
 from dlq.models import BulkAction, BulkState, DeadLetter, Replay, Status
 from dlq.services import create_bulk
 from pipelines import accounting
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 
 TITLE = "Celery worker killed (kill -9) during a bulk replay; the bulk completes, each message replayed once"
 RATE = 40  # messages/s per bulk: slow enough that the kill lands mid-way

@@ -28,7 +28,7 @@ from chaos.context import Context, FaultResult, ModeResult
 from chaos.workload import PipelineHandle, wait_until
 from pipelines import accounting
 from pipelines.models import PipelineState
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 from pipelines.supervision import request_start
 
 TITLE = (

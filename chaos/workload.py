@@ -26,7 +26,7 @@ from pipelines import accounting
 from pipelines.accounting import Coordinates, Expected, Observed, Record, Tally
 from pipelines.models import DesiredState, Pipeline, PipelineRun, PipelineState
 from pipelines.services import create_pipeline
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 from pipelines.spec import PipelineSpec, parse_spec
 from pipelines.supervision import request_start, request_stop
 from streamforge_web import demo

@@ -3,7 +3,7 @@ normalized shape (``Failure``), so one console serves DLQs whichever tool wrote 
 
 Conventions (../shared/DESIGN.md, "Contracts"):
 
-- StreamForge: ``x-streamforge-*`` UTF-8 text headers (``pipelines.spark.contract``).
+- StreamForge: ``x-streamforge-*`` UTF-8 text headers (``streamforge_core.contract``).
 - Kafka Connect (``errors.deadletterqueue.context.headers.enable=true``): ``__connect.errors.topic``,
   ``.partition``, ``.offset``, ``.connector.name``, ``.task.id``, ``.stage``, ``.class.name``,
   ``.exception.class.name``, ``.exception.message``, ``.exception.stacktrace``, all UTF-8 text
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final, Literal
 
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 
 Headers = Sequence[tuple[str, bytes | None]]
 Convention = Literal["streamforge", "kafka_connect", "spring", "unknown"]

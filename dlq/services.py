@@ -61,7 +61,7 @@ from dlq.models import (
 from pipelines.dsl import Message
 from pipelines.models import Pipeline
 from pipelines.services import dry_run
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 from pipelines.spec import SpecError, parse_spec
 from streamforge_web import audit
 from streamforge_web.models import Role, Team

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from pipelines.dsl import Message, evaluate_destination
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 from pipelines.spark.writer import _record_size
 from pipelines.spec import PipelineSpec
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 from django.conf import settings
 from django.db import models
 
+from pipelines.spec import PipelineSpec, parse_spec
 from streamforge_web.models import Team
 
 
@@ -93,6 +95,12 @@ class PipelineRevision(models.Model):
     def __str__(self) -> str:
         return f"{self.pipeline.name} r{self.number}"
 
+    @cached_property
+    def parsed(self) -> PipelineSpec:
+        """The stored spec as the typed ``PipelineSpec`` (parsed once per instance). Every saved revision was
+        validated before it was stored, so this raises ``SpecError`` only if the rules have tightened since."""
+        return parse_spec(self.spec, pipeline_name=self.pipeline.name)
+
     def save(self, *args: Any, **kwargs: Any) -> None:
         if self.pk is not None:
             raise RevisionIsImmutable(f"revision {self} is immutable; create a new revision instead")
@@ -107,7 +115,7 @@ class PipelineRun(models.Model):
 
     ``run_id`` is handed to the driver (``--run-id``) and comes back on its heartbeats, progress events and
     exit report, so each of them is attributed to exactly this attempt. ``exit_code`` follows
-    ``pipelines.spark.contract`` (0 stopped, 1 crashed, 2 Config/DslParse, 3 DeadLetterQueue; negative: killed
+    ``streamforge_core.contract`` (0 stopped, 1 crashed, 2 Config/DslParse, 3 DeadLetterQueue; negative: killed
     by that signal). ``log_tail`` keeps the end of the driver's log once the run has ended.
     """
 

@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from pipelines import broadcast
 from pipelines.models import MetricSample, PartitionProgress, Pipeline, PipelineRun, PipelineTotals
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 
 log = logging.getLogger(__name__)
 

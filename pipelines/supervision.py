@@ -49,7 +49,7 @@ from django.utils import timezone
 
 from pipelines import broadcast, progress
 from pipelines.models import ACTIVE_STATES, DesiredState, Pipeline, PipelineRun, PipelineState
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 from streamforge_web import audit
 from streamforge_web.models import Role
 from streamforge_web.permissions import require_role

@@ -23,7 +23,7 @@ from django.conf import settings
 
 from devstack.config import PROFILES
 from devstack.services import running_process
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 from tests.pipelines.spark.harness import consume_all
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.spark, pytest.mark.browser]

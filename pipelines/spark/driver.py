@@ -11,7 +11,7 @@ acknowledgement. Only then does ``foreachBatch`` return, and only then does Spar
 checkpoint: at-least-once. Afterwards the driver commits the processed offsets to the pipeline's Kafka
 consumer group (so any lag tool sees them) and publishes a progress event to Redis.
 
-Exit codes (``pipelines.spark.contract``): 0 stopped on request, 1 crashed (restartable), 2 Config/DslParse,
+Exit codes (``streamforge_core.contract``): 0 stopped on request, 1 crashed (restartable), 2 Config/DslParse,
 3 DeadLetterQueue. The last stderr line is ``STREAMFORGE_EXIT {json}`` with the reason.
 """
 
@@ -39,7 +39,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.dsl.spark import SourceColumns, stage_destinations
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 from pipelines.spark.session import build_session
 from pipelines.spark.writer import SUMMARY_SCHEMA, DestinationInfo, WriterConfig, make_partition_writer
 from pipelines.spec import PipelineSpec, SpecError, parse_spec

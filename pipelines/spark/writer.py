@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 from pipelines.spec import RetryPolicy
 
 #: What each Spark partition reports back to the driver.

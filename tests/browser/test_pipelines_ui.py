@@ -25,7 +25,7 @@ from playwright.sync_api import expect
 from pipelines import progress
 from pipelines.models import Pipeline, PipelineRun, PipelineState
 from pipelines.services import create_pipeline
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 from streamforge_web.models import AuditEvent, Role
 from tests.browser.conftest import screenshot
 from tests.factories import TeamFactory, member

@@ -19,7 +19,7 @@ from dlq.ingest import Record, TopicOwner, store_batch
 from dlq.models import DeadLetter
 from pipelines.models import Pipeline
 from pipelines.services import create_pipeline
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 from streamforge_web.models import Role
 from tests.factories import TeamFactory, member
 

@@ -14,7 +14,7 @@ from django.db import connection
 
 from dlq import services
 from dlq.models import BulkAction, BulkState, DeadLetter, Status
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 from streamforge_web.models import AuditEvent
 from tests.dlq.conftest import api_for
 from tests.pipelines.spark.harness import consume_all

@@ -13,7 +13,7 @@ from django.conf import settings
 
 from dlq.ingest import Ingester
 from dlq.models import DeadLetter, Replay, ReplayState, Status
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 from pipelines.spec import parse_spec
 from pipelines.topics import ensure_topics
 from tests.dlq.conftest import api_for, missing_size_push

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from dlq import headers
 from dlq.grouping import group_key, normalize_message
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 
 
 def streamforge_headers(**overrides: bytes | None) -> list[tuple[str, bytes | None]]:

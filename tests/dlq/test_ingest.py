@@ -20,7 +20,7 @@ from django.db.models import Sum
 from dlq import services
 from dlq.headers import spring_int, spring_long
 from dlq.models import DeadLetter, FailureGroup
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 from tests.dlq.conftest import produce_with_headers
 
 pytestmark = [pytest.mark.kafka, pytest.mark.django_db(transaction=True)]

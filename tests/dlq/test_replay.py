@@ -13,7 +13,7 @@ from django.db import connection
 from dlq import services
 from dlq.ingest import Record, TopicOwner, store_batch
 from dlq.models import DeadLetter, Replay, ReplayState, Status
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 from tests.dlq.conftest import api_for, missing_size_push
 from tests.pipelines.spark.harness import consume_all
 

@@ -9,7 +9,7 @@ import pytest
 
 from pipelines import accounting
 from pipelines.accounting import Record
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 from pipelines.spec import parse_spec
 
 SOURCE = "events"

@@ -27,7 +27,7 @@ from rest_framework.test import APIClient
 
 from pipelines import progress, supervision
 from pipelines.models import MetricSample, Pipeline, PipelineRun, PipelineState
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 from streamforge_web.celery import app as celery_app
 from streamforge_web.models import Role
 from tests.factories import TeamFactory, member

@@ -24,7 +24,7 @@ from pipelines.models import (
     PipelineTotals,
 )
 from pipelines.services import create_pipeline
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 from tests.pipelines.conftest import github_spec
 
 pytestmark = pytest.mark.redis

@@ -22,7 +22,7 @@ from rest_framework.test import APIClient
 
 from pipelines import progress, supervision
 from pipelines.models import PipelineRun
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 from streamforge_web.celery import app as celery_app
 from streamforge_web.models import Role
 from tests.factories import TeamFactory, member

@@ -25,7 +25,7 @@ import redis
 from confluent_kafka import Producer
 
 from pipelines.accounting import Record, consume_all
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 
 __all__ = ["REPO", "DriverProcess", "Record", "consume_all", "produce"]
 

@@ -22,7 +22,7 @@ from django.conf import settings
 from pipelines import accounting
 from pipelines.dsl import Message
 from pipelines.services import dry_run
-from pipelines.spark import contract as c
+from streamforge_core import contract as c
 from pipelines.spec import parse_spec
 from pipelines.topics import ensure_topics
 from tests.pipelines.spark.harness import DriverProcess, Record, consume_all, produce

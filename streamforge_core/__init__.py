@@ -1,0 +1,7 @@
+"""The Django-free core shared by the Spark driver, the control plane, chaos and bench.
+
+It owns what crosses process and system boundaries: the wire contract (``contract``: header names, error
+types, Redis keys, exit codes), the Kafka boundary (``kafka``: every client's configuration built in one
+place, one ``Record``, the transient-error list, record size) and the Redis boundary (``redis_client``).
+Nothing here imports Django, pyspark or any app, so the driver runs the same way on a cluster.
+"""
