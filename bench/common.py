@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.stats import median
+from streamforge_core.kafka import KafkaConnection, admin_config, consumer_config, producer_config
 
 REPO = Path(__file__).resolve().parent.parent
 EVENTS = REPO / "demo" / "data" / "github-events-2021-07-21.ndjson"
@@ -64,12 +65,14 @@ class Services:
         """Raise RuntimeError naming the service that does not answer (Kafka metadata, Redis PING)."""
         import redis
 
+        from streamforge_core import redis_client
+
         try:
-            AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=10)
+            AdminClient(admin_config(KafkaConnection(self.bootstrap))).list_topics(timeout=10)
         except KafkaException as exc:
             raise RuntimeError(f"Kafka at {self.bootstrap} does not answer: {exc}") from exc
         try:
-            redis.Redis.from_url(self.redis_url, socket_timeout=5).ping()
+            redis_client.connect(self.redis_url).ping()
         except redis.RedisError as exc:
             raise RuntimeError(f"Redis at {self.redis_url} does not answer: {exc}") from exc
 
@@ -195,7 +198,7 @@ class Topics:
     """Creates uniquely named topics (the broker is shared) and deletes them all at the end."""
 
     def __init__(self, bootstrap: str, prefix: str = "bench") -> None:
-        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.admin = AdminClient(admin_config(KafkaConnection(bootstrap)))
         self.prefix = f"{prefix}-{uuid.uuid4().hex[:8]}"
         self.created: list[str] = []
 
@@ -226,7 +229,7 @@ def produce_records(
     """Produce ``records`` round-robin over ``partitions`` and wait for every acknowledgement; returns the
     seconds it took."""
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 10, "batch.size": 1_000_000}
+        producer_config(KafkaConnection(bootstrap), extra={"linger.ms": 10, "batch.size": 1_000_000})
     )
     started = time.perf_counter()
     for i, (key, value) in enumerate(records):
@@ -245,7 +248,9 @@ def produce_records(
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     """Each partition's high watermark (the offset the next record will get)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-probe-{uuid.uuid4().hex}"})
+    consumer = Consumer(
+        consumer_config(KafkaConnection(bootstrap), group_id=f"bench-probe-{uuid.uuid4().hex}")
+    )
     try:
         metadata = consumer.list_topics(topic, timeout=10).topics[topic]
         return {
@@ -258,7 +263,7 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
 
 def committed_total(bootstrap: str, group: str, topic: str) -> int:
     """How many records of ``topic`` the consumer group ``group`` has committed (sum over partitions)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer = Consumer(consumer_config(KafkaConnection(bootstrap), group_id=group))
     try:
         parts = [TopicPartition(topic, p) for p in end_offsets(bootstrap, topic)]
         return sum(max(tp.offset, 0) for tp in consumer.committed(parts, timeout=10))

@@ -24,6 +24,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from streamforge_core.kafka import KafkaConnection, admin_config, producer_config
+
 #: Error types and messages the parked rows cycle through: a few large groups and a long tail.
 _FAILURES = [
     ("JsonPathNotFound", "path /payload/size not found"),
@@ -218,11 +220,13 @@ def ingest_rate(bootstrap: str, *, records: int, world: dict[str, Any]) -> dict[
     from streamforge_core import contract as c
 
     topic = f"bench-dlq-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(admin_config(KafkaConnection(bootstrap)))
     admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(timeout=30)
     try:
         DlqTopic.objects.create(topic=topic, team=world["team"], created_by=world["admin"])
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+        producer = Producer(
+            producer_config(KafkaConnection(bootstrap), idempotent=False, extra={"linger.ms": 20})
+        )
         value = json.dumps({"type": "PushEvent", "pad": "x" * 900}).encode()
         for i in range(records):
             error_type, message = _FAILURES[i % len(_FAILURES)]
@@ -265,14 +269,15 @@ def bulk_replay_rate(bootstrap: str, *, records: int, world: dict[str, Any]) -> 
 
     from dlq import services
     from dlq.filters import MessageFilter
-    from dlq.ingest import Record, TopicOwner, store_batch
+    from dlq.ingest import TopicOwner, store_batch
     from dlq.models import BulkState
     from streamforge_core import contract as c
+    from streamforge_core.kafka import Record
     from streamforge_web.models import Membership, Role
 
     pipeline = world["pipelines"][1]
     source = f"bench-replay-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(admin_config(KafkaConnection(bootstrap)))
     admin.create_topics([NewTopic(source, 3, 1)])[source].result(timeout=30)
     Membership.objects.update_or_create(
         user=world["operator"], team=world["team"], defaults={"role": Role.APPROVER}

@@ -17,6 +17,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench.common import LINEAGE_HEADER, end_offsets
+from streamforge_core.kafka import KafkaConnection, consumer_config, producer_config
 
 
 def offer(
@@ -25,7 +26,7 @@ def offer(
     """Produce records (cycling over ``records``) at ``rate`` records/s for ``seconds``, paced against the
     wall clock, round-robin over the topic's partitions; returns (records produced, the rate achieved)."""
     partitions = len(end_offsets(bootstrap, topic))
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 1})
+    producer = Producer(producer_config(KafkaConnection(bootstrap), extra={"linger.ms": 1}))
     total = int(rate * seconds)
     started = time.perf_counter()
     for i in range(total):
@@ -48,12 +49,11 @@ def _read_from(
     """(partition, offset, timestamp ms, headers) of every record of ``topic`` appended at or after
     ``since_ms``, up to the end offsets as of the call."""
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-latency-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed" if read_committed else "read_uncommitted",
-        }
+        consumer_config(
+            KafkaConnection(bootstrap),
+            group_id=f"bench-latency-{uuid.uuid4().hex}",
+            read_committed=read_committed,
+        )
     )
     ends = end_offsets(bootstrap, topic)
     starts = consumer.offsets_for_times([TopicPartition(topic, p, since_ms) for p in ends], timeout=10)

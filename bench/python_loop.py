@@ -24,6 +24,7 @@ from typing import Any
 from bench.common import LINEAGE_HEADER, REPO, Context, LoadSampler, Measurement, load1, pipeline_spec
 from bench.latency import latencies_ms, offer
 from bench.stats import latency_summary, sustained_rate
+from streamforge_core.kafka import KafkaConnection, consumer_config, producer_config
 
 NAME = "python_loop"
 
@@ -33,23 +34,15 @@ def loop(spec_file: Path, pipeline: str, bootstrap: str) -> int:
     from confluent_kafka import Consumer, Producer
 
     from pipelines.dsl import Message, evaluate_destinations
-    from streamforge_core import contract as c
     from pipelines.spec import parse_spec
+    from streamforge_core import contract as c
 
     spec = parse_spec(json.loads(spec_file.read_text()), pipeline_name=pipeline)
     dests = [d.compiled() for d in spec.destinations]
     handling = spec.error_handling
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": spec.source.consumer_group,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5}
-    )
+    kafka = KafkaConnection(bootstrap)
+    consumer = Consumer(consumer_config(kafka, group_id=spec.source.consumer_group, offset_reset="earliest"))
+    producer = Producer(producer_config(kafka, extra={"linger.ms": 5}))
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     consumer.subscribe(list(spec.source.topics))

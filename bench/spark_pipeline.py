@@ -24,12 +24,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from bench.common import Context, LoadSampler, Measurement, load1, pipeline_spec
 from bench.latency import latencies_ms, offer
 from bench.stats import latency_summary, median, sustained_rate
 from streamforge_core import contract as c
+from streamforge_core import redis_client
 from tests.pipelines.spark.harness import DriverProcess
 
 NAME = "spark_pipeline"
@@ -42,7 +41,7 @@ class ProgressReader:
     each poll reads only what arrived since the previous one)."""
 
     def __init__(self, redis_url: str, run_id: str) -> None:
-        self.client = redis.Redis.from_url(redis_url)
+        self.client = redis_client.connect(redis_url)
         self.run_id = run_id
         last: Any = self.client.xrevrange(c.PROGRESS_STREAM, count=1)
         self.cursor = last[0][0].decode() if last else "0-0"

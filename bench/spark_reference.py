@@ -28,6 +28,7 @@ from typing import Any
 
 from bench.common import REPO, Context, LoadSampler, Measurement, end_offsets, load1, pipeline_spec
 from bench.stats import sustained_rate
+from streamforge_core.kafka import KafkaConnection, spark_kafka_options
 
 NAME = "spark_reference"
 VARIANTS = ("copy", "dsl")
@@ -46,7 +47,7 @@ def _query(args: argparse.Namespace) -> dict[str, Any]:
     )
     source = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", args.bootstrap)
+        .options(**spark_kafka_options(KafkaConnection(args.bootstrap)))
         .option("subscribe", args.source)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(args.batch))
@@ -79,7 +80,7 @@ def _query(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-reference-") as checkpoint:
         query = (
             out.writeStream.format("kafka")
-            .option("kafka.bootstrap.servers", args.bootstrap)
+            .options(**spark_kafka_options(KafkaConnection(args.bootstrap)))
             .option("kafka.linger.ms", "5")
             .option("checkpointLocation", checkpoint)
             .trigger(availableNow=True)

@@ -23,6 +23,7 @@ from dlq.models import BulkAction, BulkState, DeadLetter, Replay, Status
 from dlq.services import create_bulk
 from pipelines import accounting
 from streamforge_core import contract as c
+from streamforge_core.kafka import KafkaConnection, admin_config
 
 TITLE = "Celery worker killed (kill -9) during a bulk replay; the bulk completes, each message replayed once"
 RATE = 40  # messages/s per bulk: slow enough that the kill lands mid-way
@@ -34,7 +35,7 @@ def _completed(pk: int) -> bool:
 
 def run(ctx: Context) -> FaultResult:
     result = FaultResult("worker_kill_bulk", TITLE)
-    admin = AdminClient({"bootstrap.servers": ctx.bootstrap})
+    admin = AdminClient(admin_config(KafkaConnection(ctx.bootstrap)))
     began = time.monotonic()
     bulks: dict[str, BulkAction] = {}
     targets: dict[str, str] = {}

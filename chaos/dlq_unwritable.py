@@ -28,8 +28,9 @@ from chaos.context import Context, FaultResult, ModeResult
 from chaos.workload import PipelineHandle, wait_until
 from pipelines import accounting
 from pipelines.models import PipelineState
-from streamforge_core import contract as c
 from pipelines.supervision import request_start
+from streamforge_core import contract as c
+from streamforge_core.kafka import KafkaConnection, admin_config
 
 TITLE = (
     "DLQ topic made unwritable: HALT with DeadLetterQueue, nothing committed past it, no loss after repair"
@@ -60,7 +61,7 @@ def in_state(handle: PipelineHandle, states: tuple[str, ...]) -> bool:
 
 def run(ctx: Context) -> FaultResult:
     result = FaultResult("dlq_unwritable", TITLE)
-    admin = AdminClient({"bootstrap.servers": ctx.bootstrap})
+    admin = AdminClient(admin_config(KafkaConnection(ctx.bootstrap)))
     ctx.wait_processing()
     began = time.monotonic()
     originals = {}

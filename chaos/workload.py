@@ -23,12 +23,21 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from django.contrib.auth.models import User
 
 from pipelines import accounting
-from pipelines.accounting import Coordinates, Expected, Observed, Record, Tally
+from pipelines.accounting import Coordinates, Expected, Observed, Tally
 from pipelines.models import DesiredState, Pipeline, PipelineRun, PipelineState
 from pipelines.services import create_pipeline
-from streamforge_core import contract as c
 from pipelines.spec import PipelineSpec, parse_spec
 from pipelines.supervision import request_start, request_stop
+from streamforge_core import contract as c
+from streamforge_core import redis_client
+from streamforge_core.kafka import (
+    KafkaConnection,
+    Record,
+    admin_config,
+    consumer_config,
+    producer_config,
+    retrying,
+)
 from streamforge_web import demo
 from streamforge_web.models import Membership, Role, Team
 
@@ -76,16 +85,16 @@ class Feeder:
         self.rate = rate
         self.corrupt_every = corrupt_every
         self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "linger.ms": 20,
-                "acks": "all",
-                "enable.idempotence": True,
-                "message.max.bytes": 2_000_000,
-                "message.timeout.ms": 600_000,
-                # The broker fault makes every connection attempt fail for a while: errors are expected.
-                "log_level": 2,
-            }
+            producer_config(
+                KafkaConnection(bootstrap),
+                extra={
+                    "linger.ms": 20,
+                    "message.max.bytes": 2_000_000,
+                    "message.timeout.ms": 600_000,
+                    # The broker fault makes every connection attempt fail for a while: errors are expected.
+                    "log_level": 2,
+                },
+            )
         )
         self.kinds: Counter[str] = Counter()
         self.delivered = 0
@@ -160,7 +169,7 @@ class PipelineHandle:
     def heartbeat(self) -> dict[str, Any] | None:
         """The driver's latest heartbeat (run id, pid, phase, last batch), or None (none, or no Redis)."""
         try:
-            client = redis.Redis.from_url(self.redis_url, socket_timeout=2, socket_connect_timeout=2)
+            client = redis_client.connect(self.redis_url, timeout=2)
             raw = cast("bytes | None", client.get(c.heartbeat_key(self.name)))
         except redis.RedisError:
             return None
@@ -183,7 +192,7 @@ class PipelineHandle:
 
         def read() -> dict[int, int]:
             consumer = Consumer(
-                {"bootstrap.servers": self.bootstrap, "group.id": self.spec.source.consumer_group}
+                consumer_config(KafkaConnection(self.bootstrap), group_id=self.spec.source.consumer_group)
             )
             try:
                 metadata = consumer.list_topics(topic, timeout=10).topics[topic]
@@ -193,7 +202,7 @@ class PipelineHandle:
                 consumer.close()
 
         # Right after a broker restart the group coordinator is still loading: NOT_COORDINATOR for a while.
-        return accounting.retrying(read)
+        return retrying(read)
 
     def caught_up(self, ends: dict[int, int]) -> bool:
         """Whether every source partition is committed up to ``ends`` (an empty partition counts)."""
@@ -225,7 +234,7 @@ def stop_leftovers(actor: User) -> list[str]:
 def create_topics(bootstrap: str, tag: str, modes: Iterable[str]) -> str:
     """The run's source topic (2 partitions) and each pipeline's archive topic with its smaller record
     limit; the other destination and DLQ topics are created by the pipeline start, as for any pipeline."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(admin_config(KafkaConnection(bootstrap)))
     source = f"chaos.{tag}.events"
     wanted = [NewTopic(source, 2, 1)]
     for mode in modes:
@@ -341,6 +350,6 @@ def total(tallies: dict[str, Tally]) -> Tally:
 
 def topic_limits(bootstrap: str, topics: list[str]) -> dict[str, int]:
     """``max.message.bytes`` of each topic, in bytes (the writer's size rule needs them)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(admin_config(KafkaConnection(bootstrap)))
     futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics])
     return {res.name: int(f.result(timeout=30)["max.message.bytes"].value) for res, f in futures.items()}

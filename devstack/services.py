@@ -185,10 +185,14 @@ def _kafka_ready(bootstrap: str) -> Callable[[], bool]:
     def check() -> bool:
         from confluent_kafka.admin import AdminClient
 
+        from streamforge_core.kafka import KafkaConnection, admin_config
+
         if not port_open(port):
             return False
         try:
-            admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 1000, "log_level": 0})
+            admin = AdminClient(
+                admin_config(KafkaConnection(bootstrap), extra={"socket.timeout.ms": 1000, "log_level": 0})
+            )
             return len(admin.list_topics(timeout=2).brokers) > 0
         except Exception:
             return False
@@ -200,8 +204,10 @@ def _redis_ready(url: str) -> Callable[[], bool]:
     def check() -> bool:
         import redis
 
+        from streamforge_core import redis_client
+
         try:
-            return bool(redis.Redis.from_url(url, socket_timeout=1).ping())
+            return bool(redis_client.connect(url, timeout=1).ping())
         except redis.RedisError:
             return False
 

@@ -24,15 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from confluent_kafka import (
-    TIMESTAMP_NOT_AVAILABLE,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    TopicCollection,
-    TopicPartition,
-)
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 from django.conf import settings
 from django.db import transaction
@@ -43,6 +35,7 @@ from dlq import broadcast, headers
 from dlq.grouping import group_key, normalize_message
 from dlq.models import DeadLetter, DlqTopic, FailureGroup, GroupHourlyCount, Replay, ReplayState
 from pipelines.models import Pipeline
+from streamforge_core.kafka import KafkaConnection, Record, admin_config, consumer_config
 
 log = logging.getLogger(__name__)
 
@@ -73,45 +66,6 @@ def dlq_topics() -> dict[str, TopicOwner]:
             extra.team_id, extra.pipeline_id, extra.pipeline.name if extra.pipeline else ""
         )
     return owners
-
-
-@dataclass(frozen=True)
-class Record:
-    """One consumed DLQ record, as plain data. ``timestamp_ms`` is None when the broker gave none."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]]
-    timestamp_ms: int | None
-    topic_id: str = ""
-
-    @classmethod
-    def from_message(cls, message: Message, topic_id: str = "") -> Record:
-        """Copy a confluent-kafka message (which must not be an error event); ``topic_id`` is Kafka's id of
-        the topic it was read from (the message does not carry it)."""
-        topic, partition, offset = message.topic(), message.partition(), message.offset()
-        if topic is None or partition is None or offset is None:
-            raise ValueError(f"not a record but an error event: {message.error()}")
-        kind, millis = message.timestamp()
-        raw_headers = message.headers() or []
-        pairs = raw_headers.items() if isinstance(raw_headers, dict) else raw_headers
-        return cls(
-            topic=topic,
-            partition=partition,
-            offset=offset,
-            key=_as_bytes(message.key()),
-            value=_as_bytes(message.value()),
-            headers=[(name, _as_bytes(value)) for name, value in pairs],
-            timestamp_ms=None if kind == TIMESTAMP_NOT_AVAILABLE or millis is None or millis < 0 else millis,
-            topic_id=topic_id,
-        )
-
-
-def _as_bytes(data: str | bytes | None) -> bytes | None:
-    return data.encode() if isinstance(data, str) else data
 
 
 @dataclass
@@ -366,7 +320,7 @@ class Ingester:
         refresh_seconds: float = 10.0,
         on_batch: Callable[[BatchResult], None] | None = None,
     ) -> None:
-        self.bootstrap_servers = bootstrap_servers or settings.KAFKA_BOOTSTRAP_SERVERS
+        self.kafka = KafkaConnection(bootstrap_servers or settings.KAFKA_BOOTSTRAP_SERVERS)
         self.group_id = group_id
         self.instance_id = instance_id if instance_id is not None else f"dlq-ingest-{socket.gethostname()}"
         self.batch_size = batch_size
@@ -383,19 +337,22 @@ class Ingester:
         self._next_refresh = 0.0
 
     def _make_consumer(self) -> Consumer:
+        # Offsets are committed after the database commit, never before (consumer_config never
+        # auto-commits); read_committed: an aborted effectively-once batch is not a failure.
         return Consumer(
-            {
-                "bootstrap.servers": self.bootstrap_servers,
-                "group.id": self.group_id,
-                "enable.auto.commit": False,  # committed after the database commit, never before
-                "auto.offset.reset": "earliest",
-                "isolation.level": "read_committed",  # an aborted effectively-once batch is not a failure
-                "client.id": f"dlq-ingest-{os.getpid()}",
-                # Static membership: an ingester restarted after a crash gets its partitions back at once
-                # instead of waiting for the dead member's session to time out and a rebalance.
-                **({"group.instance.id": self.instance_id} if self.instance_id else {}),
-                "session.timeout.ms": 15_000,
-            }
+            consumer_config(
+                self.kafka,
+                group_id=self.group_id,
+                read_committed=True,
+                offset_reset="earliest",
+                client_id=f"dlq-ingest-{os.getpid()}",
+                extra={
+                    # Static membership: an ingester restarted after a crash gets its partitions back at
+                    # once instead of waiting for the dead member's session to time out and a rebalance.
+                    **({"group.instance.id": self.instance_id} if self.instance_id else {}),
+                    "session.timeout.ms": 15_000,
+                },
+            )
         )
 
     def _refresh(self, consumer: Consumer) -> None:
@@ -417,7 +374,7 @@ class Ingester:
         """Kafka's topic id of each topic (empty when the broker does not say)."""
         if not topics:
             return {}
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        admin = AdminClient(admin_config(self.kafka))
         ids: dict[str, str] = {}
         for topic, future in admin.describe_topics(TopicCollection(topics)).items():
             try:

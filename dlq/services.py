@@ -40,7 +40,6 @@ from django.utils import timezone
 
 from dlq import broadcast, headers
 from dlq.filters import MessageFilter
-from dlq.ingest import Record
 from dlq.models import (
     ApprovalKind,
     ApprovalRequest,
@@ -61,8 +60,9 @@ from dlq.models import (
 from pipelines.dsl import Message
 from pipelines.models import Pipeline
 from pipelines.services import dry_run
-from streamforge_core import contract as c
 from pipelines.spec import SpecError, parse_spec
+from streamforge_core import contract as c
+from streamforge_core.kafka import Record
 from streamforge_web import audit
 from streamforge_web.models import Role, Team
 from streamforge_web.permissions import AnyUser, is_admin, require_role, role_in, visible_teams

@@ -15,85 +15,19 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from pipelines.dsl import Message, evaluate_destination
-from streamforge_core import contract as c
-from pipelines.spark.writer import _record_size
 from pipelines.spec import PipelineSpec
+from streamforge_core import contract as c
+from streamforge_core.kafka import KafkaConnection, Record, consumer_config, record_size, retrying
 
 #: A source record's coordinates: (topic, partition, offset).
 Coordinates = tuple[str, int, int]
-
-
-@dataclass
-class Record:
-    """One record as read back from Kafka (``timestamp_ms``: epoch milliseconds)."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]]
-    timestamp_ms: int
-
-    def header(self, name: str) -> str | None:
-        """The first header called ``name`` as text, or None when absent (or a null value)."""
-        for key, value in self.headers:
-            if key == name:
-                return None if value is None else value.decode()
-        return None
-
-
-def _to_record(message: Any) -> Record:
-    return Record(
-        message.topic(),
-        message.partition(),
-        message.offset(),
-        message.key(),
-        message.value(),
-        list(message.headers() or []),
-        message.timestamp()[1],
-    )
-
-
-T = TypeVar("T")
-
-#: Errors a broker answers while it starts or moves leadership; the same request succeeds a moment later.
-_TRANSIENT = {
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.NOT_COORDINATOR,
-    KafkaError.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._TRANSPORT,
-    KafkaError._TIMED_OUT,
-    KafkaError._ALL_BROKERS_DOWN,
-}
-
-
-def retrying(call: Callable[[], T], *, within: float = 60.0) -> T:
-    """``call()``, repeated (0.5 s, doubling to 4 s) while it raises a KafkaException that a restarting or
-    re-electing broker answers (not leader, not coordinator, coordinator loading, transport errors), for
-    at most ``within`` seconds; then, or on any other error, the exception is raised."""
-    deadline = time.monotonic() + within
-    delay = 0.5
-    while True:
-        try:
-            return call()
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-            transient = error is not None and (error.code() in _TRANSIENT or error.retriable())
-            if not transient or time.monotonic() + delay > deadline:
-                raise
-        time.sleep(delay)
-        delay = min(delay * 2, 4.0)
 
 
 def end_offsets(bootstrap: str, topic: str, *, timeout: float = 10.0) -> dict[int, int]:
@@ -101,7 +35,7 @@ def end_offsets(bootstrap: str, topic: str, *, timeout: float = 10.0) -> dict[in
     to a minute while the broker is restarting or moving leadership (see :func:`retrying`)."""
 
     def read() -> dict[int, int]:
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{uuid.uuid4()}"})
+        consumer = Consumer(consumer_config(KafkaConnection(bootstrap), group_id=f"ends-{uuid.uuid4()}"))
         try:
             metadata = consumer.list_topics(topic, timeout=timeout).topics[topic]
             return {
@@ -128,13 +62,12 @@ def consume_all(
     TimeoutError when they are not all read in ``timeout`` seconds (a silent short read would look like
     lost records)."""
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{uuid.uuid4()}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed" if read_committed else "read_uncommitted",
-            "fetch.message.max.bytes": 20_000_000,
-        }
+        consumer_config(
+            KafkaConnection(bootstrap),
+            group_id=f"reader-{uuid.uuid4()}",
+            read_committed=read_committed,
+            extra={"fetch.message.max.bytes": 20_000_000},
+        )
     )
     try:
         metadata = consumer.list_topics(topic, timeout=10).topics[topic]
@@ -170,7 +103,7 @@ def consume_all(
                 if partition in done or offset >= limits[partition]:
                     done.add(partition)
                     continue
-                records.append(_to_record(message))
+                records.append(Record.from_message(message))
                 if offset >= limits[partition] - 1:
                     done.add(partition)
         return records
@@ -222,7 +155,7 @@ def expected_fates(
                 fates[name] = Expected("dlq", outcome.error_type or "")
             else:
                 lineage = (c.H_LINEAGE, f"{record.topic}/{record.partition}/{record.offset}".encode())
-                size = _record_size(outcome.value, outcome.key, [*outcome.headers, lineage])
+                size = record_size(outcome.value, outcome.key, [*outcome.headers, lineage])
                 if size > topic_limits.get(topic, 1_048_588):
                     fates[name] = Expected("dlq", c.RECORD_TOO_LARGE)
                 else:

@@ -28,8 +28,11 @@ from django.db.models import Avg, BigIntegerField, Count, ExpressionWrapper, F, 
 from django.utils import timezone
 
 from pipelines import broadcast
+from pipelines.connections import default_kafka
 from pipelines.models import MetricSample, PartitionProgress, Pipeline, PipelineRun, PipelineTotals
 from streamforge_core import contract as c
+from streamforge_core import redis_client
+from streamforge_core.kafka import KafkaConnection, admin_config
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +52,7 @@ class IngestReport:
 
 
 def _client() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5)
+    return redis_client.connect(settings.REDIS_URL, timeout=10, connect_timeout=5)
 
 
 def ensure_group(client: redis.Redis, group: str) -> None:
@@ -374,7 +377,7 @@ def consumer_group_lag(
     """The consumer group's lag per partition of ``topics``, from Kafka (what kafka-consumer-groups,
     Burrow or a lag exporter would show). Missing topics are left out. Raises KafkaException when the
     broker does not answer within ``timeout`` seconds."""
-    admin = AdminClient({"bootstrap.servers": bootstrap or settings.KAFKA_BOOTSTRAP_SERVERS})
+    admin = AdminClient(admin_config(KafkaConnection(bootstrap) if bootstrap else default_kafka()))
     metadata = admin.list_topics(timeout=timeout)
     partitions = [
         TopicPartition(topic, partition)

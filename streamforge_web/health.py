@@ -12,13 +12,16 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypedDict
 
-import redis
 from confluent_kafka.admin import AdminClient
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
+
+from pipelines.connections import default_kafka
+from streamforge_core import redis_client
+from streamforge_core.kafka import admin_config
 
 
 class CheckResult(TypedDict, total=False):
@@ -39,7 +42,7 @@ def check_database() -> None:
 def check_redis() -> None:
     """PING ``REDIS_URL``; raises redis.RedisError when it does not answer within the readiness timeout."""
     timeout = settings.READINESS_TIMEOUT_SECONDS
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=timeout, socket_connect_timeout=timeout)
+    client = redis_client.connect(settings.REDIS_URL, timeout=timeout)
     try:
         client.ping()
     finally:
@@ -49,10 +52,7 @@ def check_redis() -> None:
 def check_kafka() -> None:
     """Fetch cluster metadata from ``KAFKA_BOOTSTRAP_SERVERS``; raises when no broker answers in time."""
     admin = AdminClient(
-        {
-            "bootstrap.servers": settings.KAFKA_BOOTSTRAP_SERVERS,
-            "socket.timeout.ms": settings.READINESS_TIMEOUT_SECONDS * 1000,
-        }
+        admin_config(default_kafka(), extra={"socket.timeout.ms": settings.READINESS_TIMEOUT_SECONDS * 1000})
     )
     metadata = admin.list_topics(timeout=settings.READINESS_TIMEOUT_SECONDS)
     if not metadata.brokers:

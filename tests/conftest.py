@@ -16,6 +16,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from django.conf import settings
 
+from streamforge_core.kafka import KafkaConnection, admin_config
+
 # py4j logs at INFO from finalizers after pytest has closed its streams; nothing there is worth reading.
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
@@ -29,7 +31,7 @@ def kafka_bootstrap() -> str:
 @pytest.fixture(scope="session")
 def kafka_admin(kafka_bootstrap: str) -> AdminClient:
     """An AdminClient on the test broker; fails the test early when the broker is not up."""
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin = AdminClient(admin_config(KafkaConnection(kafka_bootstrap)))
     try:
         admin.list_topics(timeout=10)
     except Exception as exc:

@@ -39,10 +39,12 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.dsl.spark import SourceColumns, stage_destinations
-from streamforge_core import contract as c
 from pipelines.spark.session import build_session
 from pipelines.spark.writer import SUMMARY_SCHEMA, DestinationInfo, WriterConfig, make_partition_writer
 from pipelines.spec import PipelineSpec, SpecError, parse_spec
+from streamforge_core import contract as c
+from streamforge_core import redis_client
+from streamforge_core.kafka import KafkaConnection, admin_config, consumer_config, spark_kafka_options
 
 log = logging.getLogger("streamforge.driver")
 
@@ -54,7 +56,7 @@ class DriverOptions:
     pipeline: str
     revision: int
     run_id: str
-    bootstrap: str
+    kafka: KafkaConnection
     redis_url: str
     checkpoint_dir: str
     master: str
@@ -126,15 +128,9 @@ class Driver:
     def __init__(self, spec: PipelineSpec, options: DriverOptions) -> None:
         self.spec = spec
         self.options = options
-        self.redis = redis.Redis.from_url(options.redis_url, socket_timeout=5, socket_connect_timeout=5)
-        self.admin = AdminClient({"bootstrap.servers": options.bootstrap})
-        self.group = Consumer(
-            {
-                "bootstrap.servers": options.bootstrap,
-                "group.id": spec.source.consumer_group,
-                "enable.auto.commit": False,
-            }
-        )
+        self.redis = redis_client.connect(options.redis_url)
+        self.admin = AdminClient(admin_config(options.kafka))
+        self.group = Consumer(consumer_config(options.kafka, group_id=spec.source.consumer_group))
         self.stop_requested = threading.Event()
         self.last_batch: dict[str, Any] = {}
         self.started_ms = int(time.time() * 1000)
@@ -296,7 +292,7 @@ class Driver:
         self.writer_config = WriterConfig(
             pipeline=options.pipeline,
             revision=options.revision,
-            bootstrap=options.bootstrap,
+            kafka=options.kafka,
             mode=spec.delivery.mode,
             consumer_group=spec.source.consumer_group,
             destinations=tuple(
@@ -318,7 +314,7 @@ class Driver:
         strategy = spec.delivery.commit_strategy
         reader = (
             self.session.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", options.bootstrap)
+            .options(**spark_kafka_options(options.kafka))
             .option("subscribe", ",".join(spec.source.topics))
             .option("startingOffsets", spec.source.starting_offsets)
             .option("includeHeaders", "true")
@@ -384,7 +380,7 @@ def _report_exit(options: DriverOptions, code: int, error_type: str, message: st
     sys.stderr.write(c.EXIT_REASON_MARKER + json.dumps(report) + "\n")
     sys.stderr.flush()
     try:
-        client = redis.Redis.from_url(options.redis_url, socket_timeout=5)
+        client = redis_client.connect(options.redis_url)
         client.set(c.exit_key(options.pipeline, options.run_id), json.dumps(report), ex=7 * 24 * 3600)
         client.delete(c.heartbeat_key(options.pipeline))
     except redis.RedisError:
@@ -420,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         pipeline=args.pipeline,
         revision=args.revision,
         run_id=args.run_id or str(uuid.uuid4()),
-        bootstrap=args.bootstrap,
+        kafka=KafkaConnection(args.bootstrap),
         redis_url=args.redis_url,
         checkpoint_dir=args.checkpoint_dir,
         master=args.master,

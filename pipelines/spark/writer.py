@@ -30,7 +30,7 @@ import random
 import socket
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -39,8 +39,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from streamforge_core import contract as c
 from pipelines.spec import RetryPolicy
+from streamforge_core import contract as c
+from streamforge_core.kafka import (
+    KafkaConnection,
+    consumer_config,
+    is_transient,
+    producer_config,
+    record_size,
+    transactional_producer_config,
+)
 
 #: What each Spark partition reports back to the driver.
 SUMMARY_SCHEMA = "topic string, partition int, min_offset long, max_offset long, records long, skipped boolean, counts string"
@@ -55,10 +63,6 @@ _SUMMARY_ARROW = pa.schema(
         ("counts", pa.string()),
     ]
 )
-
-# Record batch v2 framing (Kafka protocol, "Record Batch" in the protocol guide): 61 bytes of batch header
-# plus per-record varints and attributes; 96 bytes covers one record's framing with room to spare.
-_RECORD_OVERHEAD = 96
 
 # MSG_SIZE_TOO_LARGE is both librdkafka's client-side refusal and the broker's MESSAGE_TOO_LARGE (code 10).
 _TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
@@ -89,7 +93,7 @@ class WriterConfig:
 
     pipeline: str
     revision: int
-    bootstrap: str
+    kafka: KafkaConnection
     mode: str
     consumer_group: str
     destinations: tuple[DestinationInfo, ...]
@@ -126,20 +130,16 @@ class _Pending:
 
 # One producer (and consumer, for effectively_once) per Python worker process, reused across batches: Spark
 # reuses Python workers (spark.python.worker.reuse), and a producer costs a broker handshake to build.
-_PRODUCERS: dict[tuple[str, str, str], Producer] = {}
+_PRODUCERS: dict[tuple[KafkaConnection, str, str], Producer] = {}
 #: How long a task keeps retrying ``init_transactions`` on retriable errors, in seconds (above the 60 s
 #: transaction timeout, after which the coordinator has aborted any transaction a dead holder left open).
 INIT_TRANSACTIONS_SECONDS = 90.0
-_CONSUMERS: dict[tuple[str, str], Consumer] = {}
+_CONSUMERS: dict[tuple[KafkaConnection, str], Consumer] = {}
 
 
-def _producer_settings(config: WriterConfig) -> dict[str, Any]:
+def _producer_tuning(config: WriterConfig) -> dict[str, Any]:
     limits = [d.max_message_bytes for d in config.destinations] + [config.dlq_max_message_bytes]
     return {
-        "bootstrap.servers": config.bootstrap,
-        "client.id": f"streamforge-{config.pipeline}-{socket.gethostname()}-{os.getpid()}",
-        "enable.idempotence": True,
-        "acks": "all",
         "linger.ms": 5,
         # Batches stay within the smallest topic limit; a single record may be as large as the largest.
         "batch.size": max(16_384, min(limits) - 4096),
@@ -154,10 +154,14 @@ def _producer_settings(config: WriterConfig) -> dict[str, Any]:
     }
 
 
+def _client_id(config: WriterConfig) -> str:
+    return f"streamforge-{config.pipeline}-{socket.gethostname()}-{os.getpid()}"
+
+
 def _producer(config: WriterConfig) -> Producer:
     """The worker's shared idempotent producer (at_least_once / at_most_once)."""
-    settings = _producer_settings(config)
-    key = (config.bootstrap, str(settings["batch.size"]), str(settings["message.max.bytes"]))
+    settings = producer_config(config.kafka, client_id=_client_id(config), extra=_producer_tuning(config))
+    key = (config.kafka, str(settings["batch.size"]), str(settings["message.max.bytes"]))
     producer = _PRODUCERS.get(key)
     if producer is None:
         producer = _PRODUCERS[key] = Producer(settings)
@@ -169,7 +173,13 @@ def _transactional_producer(config: WriterConfig, transactional_id: str) -> Prod
     transactional producer would be fenced by the worker that last opened the same id; a fresh one fences
     every earlier holder in ``init_transactions`` instead, which is the point of a stable transactional id."""
     producer = Producer(
-        {**_producer_settings(config), "transactional.id": transactional_id, "transaction.timeout.ms": 60_000}
+        transactional_producer_config(
+            config.kafka,
+            transactional_id=transactional_id,
+            transaction_timeout_ms=60_000,
+            client_id=_client_id(config),
+            extra=_producer_tuning(config),
+        )
     )
     # The previous holder of the id (a killed or halted run) may have left a transaction the coordinator is
     # still aborting: init_transactions then fails with a retriable error (CONCURRENT_TRANSACTIONS) and may
@@ -192,26 +202,14 @@ def _transactional_producer(config: WriterConfig, transactional_id: str) -> Prod
 
 
 def _consumer(config: WriterConfig) -> Consumer:
-    key = (config.bootstrap, config.consumer_group)
+    key = (config.kafka, config.consumer_group)
     consumer = _CONSUMERS.get(key)
     if consumer is None:
         consumer = Consumer(
-            {
-                "bootstrap.servers": config.bootstrap,
-                "group.id": config.consumer_group,
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-            }
+            consumer_config(config.kafka, group_id=config.consumer_group, read_committed=True)
         )
         _CONSUMERS[key] = consumer
     return consumer
-
-
-def _record_size(value: bytes | None, key: bytes | None, headers: Sequence[tuple[str, bytes | None]]) -> int:
-    size = _RECORD_OVERHEAD + len(value or b"") + len(key or b"")
-    for name, data in headers:
-        size += len(name) + len(data or b"") + 10
-    return size
 
 
 def _now_iso() -> str:
@@ -410,7 +408,7 @@ class BatchWriter:
                 value, key = values[n], keys[n]
                 hdrs = [(h["key"], h["value"]) for h in headers[n]] if headers[n] else []
                 hdrs.append((c.H_LINEAGE, (prefix + str(source_offsets[n])).encode()))
-                if _record_size(value, key, hdrs) > limit:
+                if record_size(value, key, hdrs) > limit:
                     self._too_large(base | j, i, len(value or b""))
                     continue
                 produce(dest.topic, value, key, hdrs, stamps[n], base | j, i)
@@ -524,7 +522,7 @@ class BatchWriter:
                     self._reroute(
                         pending, dest, c.RECORD_TOO_LARGE, f"{dest.topic} refused the record: {err.str()}"
                     )
-                elif attempt >= self.config.retry.max_attempts or not (err.retriable() or _transient(err)):
+                elif attempt >= self.config.retry.max_attempts or not is_transient(err):
                     self._reroute(
                         pending, dest, c.RETRY_EXHAUSTED, f"after {pending.attempts} attempts: {err.str()}"
                     )
@@ -576,15 +574,6 @@ class BatchWriter:
             ],
             schema=_SUMMARY_ARROW,
         )
-
-
-def _transient(err: KafkaError) -> bool:
-    return err.code() in {
-        KafkaError._MSG_TIMED_OUT,
-        KafkaError._TIMED_OUT,
-        KafkaError._TRANSPORT,
-        KafkaError.NOT_ENOUGH_REPLICAS,
-    }
 
 
 def make_partition_writer(

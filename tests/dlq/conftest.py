@@ -15,11 +15,12 @@ from confluent_kafka import Producer
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from dlq.ingest import Record, TopicOwner, store_batch
+from dlq.ingest import TopicOwner, store_batch
 from dlq.models import DeadLetter
 from pipelines.models import Pipeline
 from pipelines.services import create_pipeline
 from streamforge_core import contract as c
+from streamforge_core.kafka import KafkaConnection, Record, producer_config
 from streamforge_web.models import Role
 from tests.factories import TeamFactory, member
 
@@ -151,7 +152,7 @@ def produce_with_headers(
     bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None, list]]
 ) -> None:
     """Produce (key, value, headers) records and wait for every acknowledgement."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
+    producer = Producer(producer_config(KafkaConnection(bootstrap), extra={"linger.ms": 20}))
     errors: list[str] = []
     for key, value, headers in records:
         while True:

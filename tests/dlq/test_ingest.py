@@ -120,7 +120,8 @@ def test_ten_thousand_mixed_records_are_ingested_exactly_once_across_a_kill(
 
 def test_a_batch_read_again_after_a_crash_adds_no_rows_and_no_counts(people, team, pipeline, park):
     """The crash window between the database commit and the offset commit: the same records come again."""
-    from dlq.ingest import Record, TopicOwner, store_batch
+    from dlq.ingest import TopicOwner, store_batch
+    from streamforge_core.kafka import Record
 
     topic = pipeline.current_revision.spec["dlq"]["topic"]
     records = [

@@ -11,9 +11,10 @@ import pytest
 from django.db import connection
 
 from dlq import services
-from dlq.ingest import Record, TopicOwner, store_batch
+from dlq.ingest import TopicOwner, store_batch
 from dlq.models import DeadLetter, Replay, ReplayState, Status
 from streamforge_core import contract as c
+from streamforge_core.kafka import Record
 from tests.dlq.conftest import api_for, missing_size_push
 from tests.pipelines.spark.harness import consume_all
 

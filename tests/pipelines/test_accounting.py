@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from pipelines import accounting
-from pipelines.accounting import Record
-from streamforge_core import contract as c
 from pipelines.spec import parse_spec
+from streamforge_core import contract as c
+from streamforge_core.kafka import Record
 
 SOURCE = "events"
 SPEC = parse_spec(
@@ -131,29 +129,3 @@ def test_outputs_without_lineage_are_counted_not_attributed():
     observed = _outputs([Record("pushes", 0, 0, None, b"{}", [], 0)], [], [])
     assert observed.unattributed == 1
     assert observed.fates == {}
-
-
-def test_retrying_rides_out_a_restarting_broker_and_gives_up_on_real_errors(monkeypatch):
-    from confluent_kafka import KafkaError, KafkaException
-
-    monkeypatch.setattr(accounting.time, "sleep", lambda _s: None)
-    answers = [KafkaError.NOT_COORDINATOR, KafkaError.NOT_LEADER_FOR_PARTITION, None]
-
-    def flaky() -> str:
-        code = answers.pop(0)
-        if code is not None:
-            raise KafkaException(KafkaError(code))
-        return "read"
-
-    assert accounting.retrying(flaky) == "read"
-    assert answers == []
-
-    calls = []
-
-    def denied() -> str:
-        calls.append(1)
-        raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
-
-    with pytest.raises(KafkaException):
-        accounting.retrying(denied)
-    assert len(calls) == 1

@@ -28,6 +28,7 @@ from rest_framework.test import APIClient
 from pipelines import progress, supervision
 from pipelines.models import MetricSample, Pipeline, PipelineRun, PipelineState
 from streamforge_core import contract as c
+from streamforge_core.kafka import KafkaConnection, consumer_config
 from streamforge_web.celery import app as celery_app
 from streamforge_web.models import Role
 from tests.factories import TeamFactory, member
@@ -129,7 +130,9 @@ def until(predicate, timeout: float, what: str, pause: float = 1.0):
 
 
 def committed_offsets(group: str, topic: str) -> list[int]:
-    consumer = Consumer({"bootstrap.servers": django_settings.KAFKA_BOOTSTRAP_SERVERS, "group.id": group})
+    consumer = Consumer(
+        consumer_config(KafkaConnection(django_settings.KAFKA_BOOTSTRAP_SERVERS), group_id=group)
+    )
     try:
         return [
             tp.offset for tp in consumer.committed([TopicPartition(topic, p) for p in (0, 1)], timeout=10)

@@ -24,6 +24,7 @@ from pipelines.models import (
 )
 from pipelines.services import create_pipeline, revise_pipeline
 from pipelines.spec import parse_spec
+from streamforge_core.kafka import KafkaConnection, producer_config
 from streamforge_web.models import AuditEvent, Role
 from tests.factories import TeamFactory, member
 from tests.pipelines.conftest import github_spec
@@ -379,7 +380,7 @@ def test_sampling_reads_the_newest_records_of_the_source_topic(admin_user, make_
     from confluent_kafka import Producer
 
     topic = make_topic("sample", partitions=2)
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = Producer(producer_config(KafkaConnection(kafka_bootstrap), idempotent=False))
     for i in range(30):
         producer.produce(topic, value=json.dumps({"n": i}).encode(), key=f"k{i}".encode(), partition=i % 2)
     producer.produce(topic, value=b"\xff\xfe", partition=0)

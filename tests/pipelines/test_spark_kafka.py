@@ -3,6 +3,8 @@
 import pytest
 from confluent_kafka import Producer
 
+from streamforge_core.kafka import KafkaConnection, producer_config, spark_kafka_options
+
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
@@ -10,7 +12,7 @@ def test_a_spark_batch_query_reads_keys_values_and_headers_from_kafka(
     spark_session, kafka_bootstrap, make_topic
 ):
     topic = make_topic("spark-read", partitions=2)
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = Producer(producer_config(KafkaConnection(kafka_bootstrap), idempotent=False))
     for i in range(10):
         producer.produce(
             topic, key=f"k{i}".encode(), value=f'{{"n": {i}}}'.encode(), headers=[("h", str(i).encode())]
@@ -19,7 +21,7 @@ def test_a_spark_batch_query_reads_keys_values_and_headers_from_kafka(
 
     frame = (
         spark_session.read.format("kafka")
-        .option("kafka.bootstrap.servers", kafka_bootstrap)
+        .options(**spark_kafka_options(KafkaConnection(kafka_bootstrap)))
         .option("subscribe", topic)
         .option("includeHeaders", "true")
         .option("startingOffsets", "earliest")

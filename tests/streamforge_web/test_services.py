@@ -9,6 +9,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from confluent_kafka import Consumer, Producer
 
+from streamforge_core.kafka import KafkaConnection, consumer_config, producer_config
 from streamforge_web.celery import app as celery_app
 from streamforge_web.tasks import ping
 
@@ -16,7 +17,7 @@ from streamforge_web.tasks import ping
 @pytest.mark.kafka
 def test_a_record_with_headers_round_trips_through_the_real_broker(kafka_bootstrap, make_topic):
     topic = make_topic("roundtrip")
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    producer = Producer(producer_config(KafkaConnection(kafka_bootstrap)))
     delivered = []
     producer.produce(
         topic,
@@ -29,11 +30,9 @@ def test_a_record_with_headers_round_trips_through_the_real_broker(kafka_bootstr
     assert delivered == [(None, 0)]
 
     consumer = Consumer(
-        {
-            "bootstrap.servers": kafka_bootstrap,
-            "group.id": f"g-{uuid.uuid4()}",
-            "auto.offset.reset": "earliest",
-        }
+        consumer_config(
+            KafkaConnection(kafka_bootstrap), group_id=f"g-{uuid.uuid4()}", offset_reset="earliest"
+        )
     )
     consumer.subscribe([topic])
     try:

@@ -24,8 +24,9 @@ from typing import Any
 import redis
 from confluent_kafka import Producer
 
-from pipelines.accounting import Record, consume_all
+from pipelines.accounting import consume_all
 from streamforge_core import contract as c
+from streamforge_core.kafka import KafkaConnection, Record, producer_config
 
 __all__ = ["REPO", "DriverProcess", "Record", "consume_all", "produce"]
 
@@ -38,12 +39,7 @@ def produce(
     """Produce (key, value) pairs round-robin over ``partitions``; returns each record's (partition, offset)
     in input order, after every acknowledgement."""
     producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "enable.idempotence": True,
-            "linger.ms": 5,
-            "message.max.bytes": 10_000_000,
-        }
+        producer_config(KafkaConnection(bootstrap), extra={"linger.ms": 5, "message.max.bytes": 10_000_000})
     )
     coordinates: list[tuple[int, int] | None] = []
 

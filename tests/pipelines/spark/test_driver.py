@@ -22,9 +22,10 @@ from django.conf import settings
 from pipelines import accounting
 from pipelines.dsl import Message
 from pipelines.services import dry_run
-from streamforge_core import contract as c
 from pipelines.spec import parse_spec
 from pipelines.topics import ensure_topics
+from streamforge_core import contract as c
+from streamforge_core.kafka import KafkaConnection, consumer_config
 from tests.pipelines.spark.harness import DriverProcess, Record, consume_all, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.spark]
@@ -120,7 +121,7 @@ def _fates(bootstrap: str, spec: dict, *, read_committed: bool = False):
 
 
 def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    consumer = Consumer(consumer_config(KafkaConnection(bootstrap), group_id=group))
     try:
         return [
             tp.offset

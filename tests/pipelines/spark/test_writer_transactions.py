@@ -10,11 +10,12 @@ from confluent_kafka import KafkaError, KafkaException
 
 from pipelines.spark import writer
 from pipelines.spec import RetryPolicy
+from streamforge_core.kafka import KafkaConnection
 
 CONFIG = writer.WriterConfig(
     pipeline="p",
     revision=1,
-    bootstrap="127.0.0.1:1",
+    kafka=KafkaConnection("127.0.0.1:1"),
     mode="effectively_once",
     consumer_group="g",
     destinations=(writer.DestinationInfo("d", "t", None, None, 1_048_588),),
