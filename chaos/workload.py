@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from django.contrib.auth.models import User
 
 from access.models import Membership, Role, Team
+from demo import scenario as demo
 from pipelines import accounting
 from pipelines.accounting import Coordinates, Expected, Observed, Record, Tally
 from pipelines.models import DesiredState, Pipeline, PipelineRun, PipelineState
@@ -30,7 +31,6 @@ from pipelines.services import create_pipeline
 from pipelines.spec import PipelineSpec, parse_spec
 from pipelines.supervision import request_start, request_stop
 from streamforge_core import contract as c
-from streamforge_web import demo
 
 MODES = ("at_least_once", "effectively_once")
 SHORT = {"at_least_once": "alo", "effectively_once": "eo", "at_most_once": "amo"}
