@@ -60,8 +60,8 @@ def _world() -> dict[str, Any]:
     """A team, an admin, an operator of the team, and two pipelines (their specs are only definitions)."""
     from django.contrib.auth.models import User
 
+    from access.models import Membership, Role, Team
     from pipelines.services import create_pipeline
-    from streamforge_web.models import Membership, Role, Team
 
     team, _ = Team.objects.get_or_create(name="bench")
     admin, _ = User.objects.get_or_create(username="bench-admin", defaults={"is_superuser": True})
@@ -267,13 +267,13 @@ def bulk_replay_rate(bootstrap: str, *, records: int, world: dict[str, Any]) -> 
     (claims, idempotent produce with acknowledgements, per-message audit events)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
+    from access.models import Membership, Role
     from dlq import services
     from dlq.filters import MessageFilter
     from dlq.ingest import TopicOwner, store_batch
     from dlq.models import BulkState
     from streamforge_core import contract as c
     from streamforge_core.kafka import Record
-    from streamforge_web.models import Membership, Role
 
     pipeline = world["pipelines"][1]
     source = f"bench-replay-{uuid.uuid4().hex[:8]}"

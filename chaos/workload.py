@@ -22,6 +22,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from django.contrib.auth.models import User
 
+from access.models import Membership, Role, Team
+from demo import scenario as demo
 from pipelines import accounting
 from pipelines.accounting import Coordinates, Expected, Observed, Tally
 from pipelines.models import DesiredState, Pipeline, PipelineRun, PipelineState
@@ -38,8 +40,6 @@ from streamforge_core.kafka import (
     producer_config,
     retrying,
 )
-from streamforge_web import demo
-from streamforge_web.models import Membership, Role, Team
 
 MODES = ("at_least_once", "effectively_once")
 SHORT = {"at_least_once": "alo", "effectively_once": "eo", "at_most_once": "amo"}

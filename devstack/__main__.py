@@ -57,7 +57,7 @@ def _status(profile: Profile) -> int:
 
 
 def _demo(profile: Profile, args: argparse.Namespace) -> int:
-    """``make demo``: start every service, run ``manage.py demo`` in the foreground, and on Ctrl-C (or when
+    """``make demo``: start every service, run ``python -m demo`` in the foreground, and on Ctrl-C (or when
     it ends) stop the pipeline and then exactly the services this call started."""
     began = time.monotonic()
     already = {s.name for s in services(profile) if running_process(profile, s.name) is not None}
@@ -70,7 +70,7 @@ def _demo(profile: Profile, args: argparse.Namespace) -> int:
                 started.append(service)
         print(f"devstack: stack ready in {time.monotonic() - began:.0f}s", flush=True)
         command = [
-            sys.executable, str(REPO_ROOT / "manage.py"), "demo", "--web-url", profile.web_url,
+            sys.executable, "-m", "demo", "--web-url", profile.web_url,
             "--rate", str(args.rate), "--corrupt-every", str(args.corrupt_every), "--duration", str(args.duration),
         ]  # fmt: skip
         child = subprocess.Popen(command, cwd=REPO_ROOT, env={**os.environ, **django_env(profile)})

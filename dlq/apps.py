@@ -4,8 +4,18 @@ from django.apps import AppConfig
 
 
 class DlqConfig(AppConfig):
-    """The DLQ console: parked messages, fixes, replays, approvals, failure groups and the audit log."""
+    """The DLQ console: parked messages, fixes, replays, approvals and failure groups."""
 
     default_auto_field = "django.db.models.BigAutoField"
     name = "dlq"
     verbose_name = "Dead-letter queue"
+
+    def ready(self) -> None:
+        """Declare the audit targets this app records, each visible to the teams that own the object."""
+        from access.audit import owned_by_visible_team, register_target
+        from dlq.models import ApprovalRequest, BulkAction, DeadLetter, Runbook
+
+        register_target("dead_letter", visible=owned_by_visible_team(DeadLetter))
+        register_target("bulk", visible=owned_by_visible_team(BulkAction))
+        register_target("approval", visible=owned_by_visible_team(ApprovalRequest))
+        register_target("runbook", visible=owned_by_visible_team(Runbook))

@@ -8,8 +8,8 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from access.permissions import visible_teams
 from dlq.broadcast import team_group
-from streamforge_web.permissions import visible_teams
 
 
 def _team_ids(user: Any) -> list[int]:

@@ -13,8 +13,8 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
+from access.models import Team
 from pipelines.models import Pipeline
-from streamforge_web.models import Team
 
 
 class DlqTopic(models.Model):

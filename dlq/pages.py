@@ -1,7 +1,7 @@
 """What the DLQ console's pages show, read from the models: the message list (filters from the query string,
 keyset pages, counts per status), a message's payload views and audit trail, failure groups with their
-trend sparkline and runbooks, bulk actions, approvals, the audit log, and the per-pipeline backlog of the
-overview. Views call these and render; every mutation goes through ``dlq.services``.
+trend sparkline and runbooks, bulk actions, approvals, and the per-pipeline backlog of the overview. Views
+call these and render; every mutation goes through ``dlq.services``.
 """
 
 from __future__ import annotations
@@ -12,10 +12,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from django.db.models import Count, Model, Q, QuerySet
+from django.db.models import Count, Model, Q
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
+from access.models import AuditEvent, Membership, Role
+from access.paging import KeysetPage, keyset_page
+from access.permissions import AnyUser, is_admin, visible_teams
 from dlq import markdown, services
 from dlq.filters import FilterError, MessageFilter
 from dlq.models import (
@@ -29,11 +32,8 @@ from dlq.models import (
     RunbookAction,
     Status,
 )
-from streamforge_web.models import AuditEvent, Membership, Role
-from streamforge_web.permissions import AnyUser, is_admin, visible_teams
 
 LIST_PAGE_SIZE = 50
-AUDIT_PAGE_SIZE = 50
 #: Time-range presets of the list and bulk forms (``range=24h``), newest failures within that long.
 RANGES = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
 #: Query-string fields of the message filter form, in form order.
@@ -135,50 +135,6 @@ def list_query(params: Mapping[str, str], *, now: datetime | None = None) -> Lis
             errors[exc.field] = str(exc).split(": ", 1)[-1]
             values[exc.field] = ""
     return ListQuery(selection, form, errors)
-
-
-def parse_cursor(value: str | None) -> int | None:
-    """A keyset cursor from the query string (a positive id), None when absent or malformed."""
-    if value and value.isdigit():
-        return int(value)
-    return None
-
-
-@dataclass(frozen=True)
-class KeysetPage:
-    """One page of rows, newest first, and the cursors to the pages beside it (None at either end):
-    ``?after=<newer>`` shows newer rows, ``?before=<older>`` older ones. Keyset, not OFFSET: stable while
-    new rows keep arriving and as fast on page 1,000 as on page 1."""
-
-    rows: list[Any]
-    newer: int | None
-    older: int | None
-
-    @property
-    def newest(self) -> bool:
-        """Whether this page starts at the newest row (where live arrivals belong)."""
-        return self.newer is None
-
-
-def keyset_page(qs: QuerySet[M], *, key: str, before: int | None, after: int | None, size: int) -> KeysetPage:
-    """A page of ``qs`` ordered by ``key`` descending, before or after a cursor value of ``key``."""
-    if after is not None:
-        rows = list(qs.filter(**{f"{key}__gt": after}).order_by(key)[: size + 1])
-        has_newer = len(rows) > size
-        rows = rows[:size]
-        rows.reverse()
-        has_older = qs.filter(**{f"{key}__lte": after}).exists()
-    else:
-        narrowed = qs.filter(**{f"{key}__lt": before}) if before is not None else qs
-        rows = list(narrowed.order_by(f"-{key}")[: size + 1])
-        has_older = len(rows) > size
-        rows = rows[:size]
-        has_newer = before is not None and qs.filter(**{f"{key}__gte": before}).exists()
-    return KeysetPage(
-        rows,
-        newer=getattr(rows[0], key) if rows and has_newer else None,
-        older=getattr(rows[-1], key) if rows and has_older else None,
-    )
 
 
 def message_rows(
@@ -391,54 +347,6 @@ def pending_approval_count(user: AnyUser) -> int:
     if not user.is_authenticated:
         return 0
     return ApprovalRequest.objects.filter(team__in=visible_teams(user), state=ApprovalState.PENDING).count()
-
-
-# ------------------------------------------------------------------------------------------ audit log
-
-
-@dataclass(frozen=True)
-class AuditQuery:
-    """The audit log's filters (exact matches), as typed into its form."""
-
-    action: str = ""
-    actor: str = ""
-    target_type: str = ""
-    target_id: str = ""
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, str]) -> AuditQuery:
-        """Read the filters from a query string."""
-        return cls(
-            **{name: str(params.get(name, "") or "").strip()[:150] for name in cls.__dataclass_fields__}
-        )
-
-    def apply(self, qs: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:
-        """``qs`` narrowed by each filter that is set."""
-        if self.action:
-            qs = qs.filter(action=self.action)
-        if self.actor:
-            qs = qs.filter(actor_name=self.actor)
-        if self.target_type:
-            qs = qs.filter(target_type=self.target_type)
-        if self.target_id:
-            qs = qs.filter(target_id=self.target_id)
-        return qs
-
-
-def audit_events(query: AuditQuery, *, before: int | None, after: int | None) -> KeysetPage:
-    """A page of the audit log, newest first, keyed by sequence number."""
-    return keyset_page(
-        query.apply(AuditEvent.objects.all()),
-        key="sequence",
-        before=before,
-        after=after,
-        size=AUDIT_PAGE_SIZE,
-    )
-
-
-def audit_actions() -> list[str]:
-    """Every action name in the log, for the filter menu (an indexed column)."""
-    return sorted(set(AuditEvent.objects.order_by().values_list("action", flat=True).distinct()))
 
 
 # ------------------------------------------------------------------------------------------ overview

@@ -38,6 +38,9 @@ from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from access import audit
+from access.models import Role, Team
+from access.permissions import AnyUser, is_admin, require_role, role_in, visible_teams
 from dlq import broadcast, headers
 from dlq.filters import MessageFilter
 from dlq.models import (
@@ -63,9 +66,6 @@ from pipelines.services import dry_run
 from pipelines.spec import SpecError, parse_spec
 from streamforge_core import contract as c
 from streamforge_core.kafka import Record
-from streamforge_web import audit
-from streamforge_web.models import Role, Team
-from streamforge_web.permissions import AnyUser, is_admin, require_role, role_in, visible_teams
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Pages of the DLQ console: the message list, a message's page with the fix editor, failure groups with
-runbooks, bulk actions, the approvals queue, and the audit log (admins).
+runbooks, bulk actions and the approvals queue.
 
 The pages are read-only views: their buttons call the REST API under ``/api/dlq/`` with ``fetch()`` and the
 session's CSRF token (see static/js/dlq.js), so a click in the browser and a script's request go through
@@ -12,17 +12,16 @@ Visibility before roles, as on the pipeline pages: another team's dead letter is
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
+from access.models import Role
+from access.paging import parse_cursor
+from access.permissions import visible_teams
 from dlq import pages, services
 from dlq.models import BulkKind, BulkState, FailureGroup, RunbookAction, Status
 from pipelines.pages import diff_lines
-from streamforge_web.audit import verify_chain
-from streamforge_web.models import Role
-from streamforge_web.permissions import is_admin, visible_teams
 
 #: Bulk actions in these states may still change, so the bulk page keeps polling them.
 BULK_LIVE_STATES = (BulkState.AWAITING_APPROVAL, BulkState.QUEUED, BulkState.RUNNING)
@@ -37,8 +36,8 @@ def message_list(request: HttpRequest) -> HttpResponse:
     page = pages.message_rows(
         request.user,
         query.selection,
-        before=pages.parse_cursor(request.GET.get("before")),
-        after=pages.parse_cursor(request.GET.get("after")),
+        before=parse_cursor(request.GET.get("before")),
+        after=parse_cursor(request.GET.get("after")),
     )
     group = None
     if query.selection.group is not None:
@@ -173,33 +172,5 @@ def approval_list(request: HttpRequest) -> HttpResponse:
                 for a in pending
             ],
             "decided": pages.approvals(request.user, pending=False, limit=30),
-        },
-    )
-
-
-@login_required
-@require_GET
-def audit_log(request: HttpRequest) -> HttpResponse:
-    """``/audit/`` (admins): the audit log with filters and keyset pages, and whether its hash chain
-    verifies (recomputed on each visit: O(events), which is what makes the answer trustworthy)."""
-    if not is_admin(request.user):
-        raise PermissionDenied("the audit log is for admins; a message's page shows its own trail")
-    query = pages.AuditQuery.from_params(request.GET)
-    params = request.GET.copy()
-    for name in ("before", "after"):
-        params.pop(name, None)
-    return render(
-        request,
-        "dlq/audit.html",
-        {
-            "query": query,
-            "page": pages.audit_events(
-                query,
-                before=pages.parse_cursor(request.GET.get("before")),
-                after=pages.parse_cursor(request.GET.get("after")),
-            ),
-            "actions": pages.audit_actions(),
-            "chain": verify_chain(),
-            "base": params.urlencode(),
         },
     )

@@ -8,3 +8,10 @@ class PipelinesConfig(AppConfig):
 
     default_auto_field = "django.db.models.BigAutoField"
     name = "pipelines"
+
+    def ready(self) -> None:
+        """Declare the ``pipeline`` audit target (named by the pipeline's name), visible to its team."""
+        from access.audit import owned_by_visible_team, register_target
+        from pipelines.models import Pipeline
+
+        register_target("pipeline", visible=owned_by_visible_team(Pipeline, field="name"))

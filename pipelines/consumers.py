@@ -10,9 +10,9 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from access.permissions import visible_teams
 from pipelines.broadcast import ALL_PIPELINES_GROUP, pipeline_group
 from pipelines.models import Pipeline
-from streamforge_web.permissions import visible_teams
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
+from access.models import Team
 from pipelines.spec import PipelineSpec, parse_spec
-from streamforge_web.models import Team
 
 
 class DesiredState(models.TextChoices):

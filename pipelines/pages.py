@@ -10,12 +10,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from access.permissions import AnyUser, visible_teams
 from pipelines import dsl, progress
 from pipelines.broadcast import LiveFigures
 from pipelines.dsl import ast
 from pipelines.models import ACTIVE_STATES, Alert, MetricSample, Pipeline, PipelineRevision, PipelineRun
 from pipelines.supervision import read_log_tail
-from streamforge_web.permissions import AnyUser, visible_teams
 
 
 def visible_pipelines(user: AnyUser) -> Any:

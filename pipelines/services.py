@@ -18,12 +18,12 @@ from typing import Any, Literal
 from django.contrib.auth.models import User
 from django.db import transaction
 
+from access import audit
+from access.models import Role, Team
+from access.permissions import require_role
 from pipelines.dsl import Message, Outcome, evaluate_destination
 from pipelines.models import Pipeline, PipelineRevision
 from pipelines.spec import PipelineSpec, parse_spec
-from streamforge_web import audit
-from streamforge_web.models import Role, Team
-from streamforge_web.permissions import require_role
 
 
 def spec_text(spec: Mapping[str, Any]) -> str:

@@ -47,12 +47,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from access import audit
+from access.models import Role
+from access.permissions import require_role
 from pipelines import broadcast, progress
 from pipelines.models import ACTIVE_STATES, DesiredState, Pipeline, PipelineRun, PipelineState
 from streamforge_core import contract as c
-from streamforge_web import audit
-from streamforge_web.models import Role
-from streamforge_web.permissions import require_role
 
 log = logging.getLogger(__name__)
 

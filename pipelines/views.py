@@ -22,6 +22,8 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from access.models import Role, Team
+from access.permissions import has_role, is_admin
 from pipelines import editor, pages, supervision
 from pipelines.models import Pipeline
 from pipelines.progress import RATE_WINDOW_SECONDS
@@ -36,8 +38,6 @@ from pipelines.services import (
     spec_text,
 )
 from pipelines.spec import SpecError, parse_spec
-from streamforge_web.models import Role, Team
-from streamforge_web.permissions import has_role, is_admin
 
 #: Seconds of history the pipeline page's charts start with (the websocket extends them live).
 CHART_RANGE_SECONDS = 900

@@ -78,6 +78,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "channels",
     "streamforge_web",
+    "access",
     "pipelines",
     "dlq",
 ]
@@ -106,7 +107,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "streamforge_web.context_processors.identity",
+                "access.context_processors.identity",
                 "dlq.context_processors.dlq_nav",
             ],
         },

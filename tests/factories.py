@@ -9,7 +9,7 @@ import factory
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import make_password
 
-from streamforge_web.models import Membership, Role, Team
+from access.models import Membership, Role, Team
 
 PASSWORD = "correct-horse-battery-9"
 

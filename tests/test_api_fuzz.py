@@ -12,9 +12,9 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from rest_framework.authtoken.models import Token
 
+from access.models import Role
 from dlq import services as dlq_services
 from pipelines import supervision
-from streamforge_web.models import Role
 from tests.dlq.conftest import github_spec
 from tests.factories import TeamFactory, member
 

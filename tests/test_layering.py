@@ -158,9 +158,14 @@ def test_no_product_modules_import_each_other_in_a_cycle():
 
 def test_the_core_imports_neither_django_nor_spark():
     imported = {
-        target for module, targets in PRODUCT.items() if _top(module) == "streamforge_core" for target in targets
+        target
+        for module, targets in PRODUCT.items()
+        if _top(module) == "streamforge_core"
+        for target in targets
     }
-    assert not {t for t in imported if _top(t) in {"django", "rest_framework", "pyspark", "channels", "celery"}}
+    assert not {
+        t for t in imported if _top(t) in {"django", "rest_framework", "pyspark", "channels", "celery"}
+    }
 
 
 @pytest.mark.parametrize("root", DRIVER_ROOTS)

@@ -21,6 +21,8 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from access.models import Role, Team
+from access.permissions import require_role, visible_teams
 from dlq import services
 from dlq.api.serializers import (
     ApprovalSerializer,
@@ -52,8 +54,6 @@ from dlq.models import (
     Status,
 )
 from pipelines.models import Pipeline
-from streamforge_web.models import Role, Team
-from streamforge_web.permissions import require_role, visible_teams
 
 
 class ServiceErrorsMixin:

@@ -12,7 +12,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ("pipelines", "0002_supervision_runs_metrics_alerts"),
-        ("streamforge_web", "0001_initial"),
+        ("access", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
@@ -90,7 +90,7 @@ class Migration(migrations.Migration):
                         null=True,
                         on_delete=django.db.models.deletion.PROTECT,
                         related_name="+",
-                        to="streamforge_web.team",
+                        to="access.team",
                     ),
                 ),
             ],
@@ -133,7 +133,7 @@ class Migration(migrations.Migration):
                     models.ForeignKey(
                         on_delete=django.db.models.deletion.PROTECT,
                         related_name="dlq_topics",
-                        to="streamforge_web.team",
+                        to="access.team",
                     ),
                 ),
             ],
@@ -177,7 +177,7 @@ class Migration(migrations.Migration):
                     models.ForeignKey(
                         on_delete=django.db.models.deletion.PROTECT,
                         related_name="failure_groups",
-                        to="streamforge_web.team",
+                        to="access.team",
                     ),
                 ),
             ],
@@ -273,7 +273,7 @@ class Migration(migrations.Migration):
                         db_index=False,
                         on_delete=django.db.models.deletion.PROTECT,
                         related_name="dead_letters",
-                        to="streamforge_web.team",
+                        to="access.team",
                     ),
                 ),
                 (
@@ -455,7 +455,7 @@ class Migration(migrations.Migration):
                     models.ForeignKey(
                         on_delete=django.db.models.deletion.PROTECT,
                         related_name="runbooks",
-                        to="streamforge_web.team",
+                        to="access.team",
                     ),
                 ),
             ],
@@ -519,7 +519,7 @@ class Migration(migrations.Migration):
                     models.ForeignKey(
                         on_delete=django.db.models.deletion.PROTECT,
                         related_name="+",
-                        to="streamforge_web.team",
+                        to="access.team",
                     ),
                 ),
                 (

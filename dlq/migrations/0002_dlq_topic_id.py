@@ -7,7 +7,7 @@ class Migration(migrations.Migration):
     dependencies = [
         ("dlq", "0001_initial"),
         ("pipelines", "0002_supervision_runs_metrics_alerts"),
-        ("streamforge_web", "0001_initial"),
+        ("access", "0001_initial"),
     ]
 
     operations = [

@@ -7,9 +7,9 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from access.models import Team
 from pipelines.dsl import ErrorHandling
 from pipelines.models import Pipeline, PipelineRun
-from streamforge_web.models import Team
 
 
 class ErrorHandlingSerializer(serializers.Serializer[ErrorHandling]):

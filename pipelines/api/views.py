@@ -21,6 +21,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from access.models import Role
+from access.permissions import has_role, visible_teams
 from pipelines import dsl, supervision
 from pipelines.api.serializers import (
     ActionSerializer,
@@ -48,8 +50,6 @@ from pipelines.services import (
     sample_message,
 )
 from pipelines.spec import PipelineSpec, SpecError, parse_spec
-from streamforge_web.models import Role
-from streamforge_web.permissions import has_role, visible_teams
 
 _PARSERS = {
     "filter": dsl.parse_filter,

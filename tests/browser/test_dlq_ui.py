@@ -26,12 +26,12 @@ from django.db.models import F
 from django.utils import timezone
 from playwright.sync_api import expect
 
+from access.models import AuditEvent, Role
 from dlq import services
 from dlq.ingest import TopicOwner, store_batch
 from dlq.models import BulkAction, DeadLetter, FailureGroup, GroupHourlyCount, Replay, Status
 from pipelines.services import create_pipeline
 from streamforge_core.kafka import Record
-from streamforge_web.models import AuditEvent, Role
 from tests.browser.conftest import screenshot
 from tests.dlq.conftest import EVENTS, dlq_headers, github_spec, missing_size_push
 from tests.factories import TeamFactory, member

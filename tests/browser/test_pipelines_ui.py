@@ -22,11 +22,11 @@ from django.conf import settings
 from django.db import connection
 from playwright.sync_api import expect
 
+from access.models import AuditEvent, Role
 from pipelines import progress
 from pipelines.models import Pipeline, PipelineRun, PipelineState
 from pipelines.services import create_pipeline
 from streamforge_core import contract as c
-from streamforge_web.models import AuditEvent, Role
 from tests.browser.conftest import screenshot
 from tests.factories import TeamFactory, member
 from tests.pipelines.conftest import github_spec

@@ -15,13 +15,13 @@ from confluent_kafka import Producer
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from access.models import Role
 from dlq.ingest import TopicOwner, store_batch
 from dlq.models import DeadLetter
 from pipelines.models import Pipeline
 from pipelines.services import create_pipeline
 from streamforge_core import contract as c
 from streamforge_core.kafka import KafkaConnection, Record, producer_config
-from streamforge_web.models import Role
 from tests.factories import TeamFactory, member
 
 EVENTS = Path(__file__).resolve().parents[2] / "demo" / "data" / "github-events-2021-07-21.ndjson"

@@ -12,10 +12,10 @@ import pytest
 from confluent_kafka.admin import NewTopic
 from django.db import connection
 
+from access.models import AuditEvent
 from dlq import services
 from dlq.models import BulkAction, BulkState, DeadLetter, Status
 from streamforge_core import contract as c
-from streamforge_web.models import AuditEvent
 from tests.dlq.conftest import api_for
 from tests.pipelines.spark.harness import consume_all
 

@@ -9,9 +9,9 @@ import json
 import pytest
 from django.db import connection
 
+from access.audit import verify_chain
+from access.models import AuditEvent
 from dlq.models import DeadLetter, FailureGroup, Runbook, Status
-from streamforge_web.audit import verify_chain
-from streamforge_web.models import AuditEvent
 from tests.dlq.conftest import api_for, missing_size_push
 
 pytestmark = pytest.mark.django_db
@@ -291,7 +291,7 @@ def test_the_audit_chain_verifies_and_an_edited_event_is_named(people, parked, p
     edited = AuditEvent.objects.get(action="dlq.skip", reason="one")
     with connection.cursor() as cursor:  # what someone with database access could do; the app cannot
         cursor.execute(
-            "UPDATE streamforge_web_auditevent SET reason = %s WHERE id = %s", ["nothing to see", edited.pk]
+            "UPDATE access_auditevent SET reason = %s WHERE id = %s", ["nothing to see", edited.pk]
         )
     report = api.get("/api/audit/verify/").json()
     assert report["ok"] is False
@@ -324,7 +324,7 @@ def test_verify_notices_events_cut_off_the_end_of_the_log(people, parked):
     assert verify_chain().ok
     newest = AuditEvent.objects.order_by("-sequence").first()
     with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM streamforge_web_auditevent WHERE id = %s", [newest.pk])
+        cursor.execute("DELETE FROM access_auditevent WHERE id = %s", [newest.pk])
     report = verify_chain()
     assert not report.ok
     assert (

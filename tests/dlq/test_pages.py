@@ -14,10 +14,10 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
+from access.models import AuditEvent
 from dlq import markdown, services
 from dlq.models import DeadLetter, PayloadRevision, Status
 from pipelines.services import create_pipeline
-from streamforge_web.models import AuditEvent
 from tests.dlq.conftest import github_spec, missing_size_push
 
 pytestmark = pytest.mark.django_db
@@ -353,7 +353,7 @@ def test_the_audit_log_is_for_admins_with_filters_and_the_chain_status(people, p
     skip_event = AuditEvent.objects.get(action="dlq.skip")
     with connection.cursor() as cursor:  # what an attacker with database access would do
         cursor.execute(
-            "UPDATE streamforge_web_auditevent SET reason = 'nothing to see' WHERE id = %s", [skip_event.pk]
+            "UPDATE access_auditevent SET reason = 'nothing to see' WHERE id = %s", [skip_event.pk]
         )
     body = admin.get("/audit/").content.decode()
     assert f"Chain broken at #{skip_event.sequence}" in body

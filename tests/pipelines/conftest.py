@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from streamforge_web.models import Role
+from access.models import Role
 from tests.factories import TeamFactory, member
 
 EVENTS = Path(__file__).resolve().parents[2] / "demo" / "data" / "github-events-2021-07-21.ndjson"

@@ -3,8 +3,8 @@
 import pytest
 from rest_framework.test import APIClient
 
+from access.models import Role
 from pipelines.services import create_pipeline
-from streamforge_web.models import Role
 from tests.factories import TeamFactory, member
 from tests.pipelines.conftest import github_spec
 

@@ -7,9 +7,9 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 
+from access.models import Role
 from pipelines import broadcast
 from pipelines.services import create_pipeline
-from streamforge_web.models import Role
 from streamforge_web.routing import websocket_urlpatterns
 from tests.factories import TeamFactory, member
 from tests.pipelines.conftest import github_spec

@@ -25,12 +25,12 @@ from django.test import Client
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from access.models import Role
 from pipelines import progress, supervision
 from pipelines.models import MetricSample, Pipeline, PipelineRun, PipelineState
 from streamforge_core import contract as c
 from streamforge_core.kafka import KafkaConnection, consumer_config
 from streamforge_web.celery import app as celery_app
-from streamforge_web.models import Role
 from tests.factories import TeamFactory, member
 from tests.pipelines.spark.harness import consume_all, produce
 

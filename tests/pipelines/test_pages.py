@@ -10,6 +10,7 @@ import uuid
 import pytest
 from django.test import Client
 
+from access.models import AuditEvent, Role
 from pipelines import editor, pages, progress
 from pipelines.models import (
     Alert,
@@ -25,7 +26,6 @@ from pipelines.models import (
 from pipelines.services import create_pipeline, revise_pipeline
 from pipelines.spec import parse_spec
 from streamforge_core.kafka import KafkaConnection, producer_config
-from streamforge_web.models import AuditEvent, Role
 from tests.factories import TeamFactory, member
 from tests.pipelines.conftest import github_spec
 

@@ -7,9 +7,9 @@ import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from access.models import AuditEvent, Role
 from pipelines.models import DesiredState, Pipeline, PipelineRun, PipelineState
 from pipelines.services import create_pipeline
-from streamforge_web.models import AuditEvent, Role
 from tests.factories import TeamFactory, member
 from tests.pipelines.conftest import github_spec
 

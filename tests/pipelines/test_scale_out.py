@@ -20,11 +20,11 @@ from django.conf import settings as django_settings
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from access.models import Role
 from pipelines import progress, supervision
 from pipelines.models import PipelineRun
 from streamforge_core import contract as c
 from streamforge_web.celery import app as celery_app
-from streamforge_web.models import Role
 from tests.factories import TeamFactory, member
 from tests.pipelines.spark.harness import consume_all, produce
 

@@ -3,11 +3,11 @@
 import pytest
 from django.core.exceptions import PermissionDenied
 
+from access.audit import verify_chain
+from access.models import AuditEvent
 from pipelines.models import PipelineRevision, RevisionIsImmutable
 from pipelines.services import create_pipeline, dry_run, revise_pipeline, sample_message
 from pipelines.spec import SpecError, parse_spec
-from streamforge_web.audit import verify_chain
-from streamforge_web.models import AuditEvent
 from tests.pipelines.conftest import github_spec
 
 pytestmark = pytest.mark.django_db

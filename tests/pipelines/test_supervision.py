@@ -16,12 +16,12 @@ import pytest
 from django.db import OperationalError, connection
 from django.utils import timezone
 
+from access.models import AuditEvent, Role
 from pipelines import supervision
 from pipelines.models import DesiredState, Pipeline, PipelineRun, PipelineState
 from pipelines.services import create_pipeline
 from pipelines.supervision import backoff_seconds, judge_exit
 from pipelines.topics import TopicPlan
-from streamforge_web.models import AuditEvent, Role
 from tests.factories import member
 from tests.pipelines.conftest import github_spec
 

@@ -26,6 +26,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count, Q
 
+from access.audit import verify_chain
 from dlq import services
 from dlq.api.serializers import (
     ApprovalSerializer,
@@ -35,7 +36,6 @@ from dlq.api.serializers import (
 )
 from dlq.filters import FilterError, MessageFilter
 from dlq.models import ApprovalRequest, BulkAction, DeadLetter, FailureGroup, Status
-from streamforge_web.audit import verify_chain
 
 
 def _user(name: str | None) -> User:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.http import HttpRequest
 
-from streamforge_web.models import Membership
-from streamforge_web.permissions import is_admin
+from access.models import Membership
+from access.permissions import is_admin
 
 
 def identity(request: HttpRequest) -> dict[str, object]:

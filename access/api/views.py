@@ -11,37 +11,16 @@ from typing import Any
 
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import serializers, status, viewsets
+from rest_framework import status, viewsets
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from streamforge_web.audit import verify_chain
-from streamforge_web.models import AuditEvent
-from streamforge_web.permissions import is_admin, visible_teams
-
-
-class AuditEventSerializer(serializers.ModelSerializer[AuditEvent]):
-    """One audit event as stored (digests, not contents, of what changed)."""
-
-    class Meta:
-        model = AuditEvent
-        fields = [
-            "sequence",
-            "created_at",
-            "actor_name",
-            "action",
-            "target_type",
-            "target_id",
-            "reason",
-            "before_digest",
-            "after_digest",
-            "details",
-            "request_id",
-            "prev_hash",
-            "hash",
-        ]
+from access.api.serializers import AuditEventSerializer, ChainReportSerializer
+from access.audit import target_visible, verify_chain
+from access.models import AuditEvent
+from access.permissions import is_admin
 
 
 class NewestEventsFirst(CursorPagination):
@@ -51,27 +30,6 @@ class NewestEventsFirst(CursorPagination):
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
-
-
-def _target_visible(user: Any, target_type: str, target_id: str) -> bool:
-    """Whether a non-admin may read the trail of this object (it belongs to one of their teams)."""
-    from dlq.models import ApprovalRequest, BulkAction, DeadLetter, Runbook
-    from pipelines.models import Pipeline
-
-    teams = visible_teams(user)
-    lookups: dict[str, Any] = {
-        "dead_letter": (DeadLetter, "pk"),
-        "pipeline": (Pipeline, "name"),
-        "bulk": (BulkAction, "pk"),
-        "approval": (ApprovalRequest, "pk"),
-        "runbook": (Runbook, "pk"),
-    }
-    if target_type not in lookups:
-        return False
-    model, field = lookups[target_type]
-    if field == "pk" and not target_id.isdigit():
-        return False
-    return bool(model.objects.filter(**{field: target_id, "team__in": teams}).exists())
 
 
 class AuditEventViewSet(viewsets.ReadOnlyModelViewSet[AuditEvent]):
@@ -88,7 +46,7 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet[AuditEvent]):
         qs = AuditEvent.objects.all()
         if not is_admin(self.request.user):
             target_type, target_id = params.get("target_type", ""), params.get("target_id", "")
-            if not (target_type and target_id and _target_visible(self.request.user, target_type, target_id)):
+            if not (target_type and target_id and target_visible(self.request.user, target_type, target_id)):
                 return AuditEvent.objects.none()
         for param, field in (
             ("action", "action"),
@@ -114,23 +72,13 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet[AuditEvent]):
         if not is_admin(request.user) and not (
             params.get("target_type")
             and params.get("target_id")
-            and _target_visible(request.user, params["target_type"], params["target_id"])
+            and target_visible(request.user, params["target_type"], params["target_id"])
         ):
             return Response(
                 {"detail": "only admins read the whole log; name a target_type and target_id you can see"},
                 status=status.HTTP_403_FORBIDDEN,
             )
         return super().list(request, *args, **kwargs)
-
-
-class ChainReportSerializer(serializers.Serializer[dict[str, Any]]):
-    """The verification result."""
-
-    ok = serializers.BooleanField()
-    events = serializers.IntegerField()
-    broken_at = serializers.IntegerField(allow_null=True)
-    problem = serializers.CharField()
-    anchor = serializers.CharField()
 
 
 class AuditVerifyView(APIView):

@@ -26,11 +26,11 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from rest_framework.authtoken.models import Token
 
+from access.models import Membership, Role, Team
 from dlq.models import FailureGroup, Runbook
 from dlq.services import save_runbook
 from pipelines.models import Pipeline
 from pipelines.services import create_pipeline, revise_pipeline
-from streamforge_web.models import Membership, Role, Team
 
 EVENTS_FILE = Path(settings.BASE_DIR) / "demo" / "data" / "github-events-2021-07-21.ndjson"
 PIPELINE = "github-demo"

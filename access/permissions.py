@@ -6,7 +6,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 
-from streamforge_web.models import Membership, Role, Team
+from access.models import Membership, Role, Team
 
 AnyUser = User | AbstractBaseUser | AnonymousUser
 

@@ -8,6 +8,10 @@ transaction so the change and its audit event commit or roll back together.
 A chain alone cannot show that its newest events were cut off (the rest still links up). So after each
 commit the newest sequence number and hash are also written to Redis, outside the database (the anchor);
 ``verify_chain`` then reports a log that ends before its anchor, or whose anchored event changed.
+
+Who may read one object's trail is declared by the app that owns the object: each app registers its
+``target_type`` names with ``register_target`` in its ``AppConfig.ready()``, and ``target_visible`` answers
+from that registry, so this module never imports the apps above it.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,9 +28,11 @@ import redis
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import IntegrityError, transaction
+from django.db.models import Model
 from django.utils import timezone
 
-from streamforge_web.models import AuditEvent
+from access.models import AuditEvent
+from access.permissions import AnyUser, visible_teams
 
 GENESIS = "0" * 64
 _ANCHOR_PREFIX = "streamforge:audit:anchor:"
@@ -229,3 +236,39 @@ def verify_chain(*, batch_size: int = 2000) -> ChainReport:
     if stored != anchored_hash:
         return ChainReport(False, count, sequence, "differs from the anchored hash (the log was rewritten)")
     return ChainReport(True, count)
+
+
+# ------------------------------------------------------------------------------------------ audit targets
+
+#: Whether ``user`` may read the audit trail of the object whose ``target_id`` (as recorded) is given.
+TargetVisibility = Callable[[AnyUser, str], bool]
+
+_target_visibility: dict[str, TargetVisibility] = {}
+
+
+def register_target(target_type: str, *, visible: TargetVisibility) -> None:
+    """Declare that events name objects by ``target_type`` (``"dead_letter"``, ``"pipeline"`` ...) and who
+    may read the trail of one of them. Called by the owning app in its ``AppConfig.ready()``; registering a
+    type again replaces its rule (``ready()`` may run more than once in a process)."""
+    _target_visibility[target_type] = visible
+
+
+def target_visible(user: AnyUser, target_type: str, target_id: str) -> bool:
+    """Whether a non-admin may read the trail of this object (it belongs to one of their teams). False for
+    a target type no app registered."""
+    visible = _target_visibility.get(target_type)
+    return visible is not None and visible(user, target_id)
+
+
+def owned_by_visible_team(model: type[Model], *, field: str = "pk") -> TargetVisibility:
+    """The usual rule: the ``model`` row whose ``field`` equals the target id belongs to one of the user's
+    visible teams (the model has a ``team`` foreign key). For ``field="pk"`` an id that is not all digits is
+    never visible (and costs no query)."""
+
+    def visible(user: AnyUser, target_id: str) -> bool:
+        if field == "pk" and not target_id.isdigit():
+            return False
+        teams = visible_teams(user)
+        return bool(model._default_manager.filter(**{field: target_id, "team__in": teams}).exists())
+
+    return visible

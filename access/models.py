@@ -55,7 +55,7 @@ class Membership(models.Model):
 
 
 class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
-    """Refuses bulk changes: audit events are only ever appended (``streamforge_web.audit.record``)."""
+    """Refuses bulk changes: audit events are only ever appended (``access.audit.record``)."""
 
     def update(self, **kwargs: Any) -> int:
         raise AuditLogIsAppendOnly("audit events cannot be updated")
@@ -72,7 +72,7 @@ class AuditEvent(models.Model):
     """One mutation, who did it and why, chained to the event before it by SHA-256.
 
     ``hash`` covers every field below plus ``prev_hash``; editing or removing any event breaks the chain at
-    that point, which ``streamforge_web.audit.verify_chain`` reports. ``prev_hash`` is unique, so two writers
+    that point, which ``access.audit.verify_chain`` reports. ``prev_hash`` is unique, so two writers
     racing to append after the same event cannot both succeed (the loser retries on the new tail).
     """
 

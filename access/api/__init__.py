@@ -1,0 +1,1 @@
+"""The audit log's REST API (``/api/audit/``): serializers, views and URLs."""
