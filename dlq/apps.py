@@ -9,3 +9,9 @@ class DlqConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "dlq"
     verbose_name = "Dead-letter queue"
+
+    def ready(self) -> None:
+        from dlq.pages import parked_backlog
+        from pipelines.backlog import register_backlog_counter
+
+        register_backlog_counter(parked_backlog)  # the overview's DLQ backlog column

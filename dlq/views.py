@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET
 
 from dlq import pages, services
 from dlq.models import BulkKind, BulkState, FailureGroup, RunbookAction, Status
-from pipelines.pages import diff_lines
+from pipelines.diffs import diff_lines
 from streamforge_web.audit import verify_chain
 from streamforge_web.models import Role
 from streamforge_web.permissions import is_admin, visible_teams

@@ -1,6 +1,6 @@
 """Pages of the pipelines app: the overview, a pipeline's page with start/stop/restart, the editor and the
-editor's draft endpoints (dry run, sampling). Views check visibility and roles, then call ``pages``,
-``services``, ``supervision`` and ``editor``; mutations go through the same service functions as the API,
+editor's draft endpoints (dry run, sampling). Views check visibility and roles, then call ``selectors``,
+``presenters``, ``services``, ``supervision`` and ``editor``; mutations go through the same service functions as the API,
 so they are audited and refused there too.
 
 Visibility before roles: another team's pipeline is a 404 (its name is not confirmed), a visible pipeline
@@ -22,7 +22,8 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from pipelines import editor, pages, supervision
+from pipelines import editor, presenters, selectors, supervision
+from pipelines.diffs import diff_lines
 from pipelines.models import Pipeline
 from pipelines.progress import RATE_WINDOW_SECONDS
 from pipelines.services import (
@@ -66,7 +67,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         request,
         "pipelines/overview.html",
         {
-            "rows": pages.overview_rows(request.user),
+            "rows": selectors.overview_rows(request.user),
             "can_create": is_admin(request.user),
             "rate_window": RATE_WINDOW_SECONDS,
         },
@@ -77,7 +78,7 @@ def overview(request: HttpRequest) -> HttpResponse:
 @require_GET
 def overview_json(request: HttpRequest) -> JsonResponse:
     """The overview's rows as JSON: what the page reloads after its websocket reconnects."""
-    return JsonResponse({"pipelines": [row.as_json() for row in pages.overview_rows(request.user)]})
+    return JsonResponse({"pipelines": [row.as_json() for row in selectors.overview_rows(request.user)]})
 
 
 @login_required
@@ -87,7 +88,7 @@ def pipeline_detail(request: HttpRequest, name: str) -> HttpResponse:
     for operators, start/stop/restart."""
     pipeline = _visible_pipeline(request, name)
     revision = pipeline.current_revision
-    spec = revision.spec if revision is not None else None
+    spec = revision.parsed if revision is not None else None
     return render(
         request,
         "pipelines/detail.html",
@@ -95,14 +96,14 @@ def pipeline_detail(request: HttpRequest, name: str) -> HttpResponse:
             "pipeline": pipeline,
             "revision": revision,
             "spec": spec,
-            "spec_json": spec_text(spec) if spec else "",
-            "destinations": pages.destination_views(spec) if spec else [],
-            "revisions": [(r, pages.diff_lines(r.diff)) for r in pages.revisions(pipeline)],
-            "runs": pages.recent_runs(pipeline),
+            "spec_json": spec_text(revision.spec) if revision is not None else "",
+            "destinations": presenters.destination_views(spec) if spec else [],
+            "revisions": [(r, diff_lines(r.diff)) for r in selectors.revisions(pipeline)],
+            "runs": selectors.recent_runs(pipeline),
             "can_operate": has_role(request.user, pipeline.team, Role.OPERATOR),
             "can_edit": has_role(request.user, pipeline.team, Role.ADMIN),
             "chart_range": CHART_RANGE_SECONDS,
-            "dlq_by_type": pages.dead_lettered_by_type(
+            "dlq_by_type": selectors.dead_lettered_by_type(
                 pipeline, since_ms=int(time.time() * 1000) - CHART_RANGE_SECONDS * 1000
             ),
         },

@@ -10,7 +10,7 @@ import uuid
 import pytest
 from django.test import Client
 
-from pipelines import editor, pages, progress
+from pipelines import editor, progress, selectors
 from pipelines.models import (
     Alert,
     AlertSeverity,
@@ -219,7 +219,7 @@ def test_the_overview_figures_come_from_the_stored_progress(admin_user, pipeline
         pipeline=pipeline, rule="DLQBacklog", severity=AlertSeverity.WARNING, summary="42 dead letters",
         value=42, started_at=at, last_seen_at=at,
     )  # fmt: skip
-    [row] = pages.overview_rows(admin_user, now_ms=now)
+    [row] = selectors.overview_rows(admin_user, now_ms=now)
     window = progress.RATE_WINDOW_SECONDS
     assert row.figures == {
         "consumed_per_second": 600 / window,  # the batch two minutes ago is outside the window
