@@ -8,3 +8,8 @@ class PipelinesConfig(AppConfig):
 
     default_auto_field = "django.db.models.BigAutoField"
     name = "pipelines"
+
+    def ready(self) -> None:
+        # Registers the Celery tasks in every process, not only in workers: supervision sends them by name,
+        # and a process that knows them applies them as Celery is configured (eagerly where tests ask).
+        from pipelines import tasks  # noqa: F401
