@@ -24,12 +24,12 @@ from functools import partial
 
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
+from chaos import accounting
 from chaos.context import Context, FaultResult, ModeResult
 from chaos.workload import PipelineHandle, wait_until
-from pipelines import accounting
 from pipelines.models import PipelineState
-from streamforge_core import contract as c
 from pipelines.supervision import request_start
+from streamforge_core import contract as c
 
 TITLE = (
     "DLQ topic made unwritable: HALT with DeadLetterQueue, nothing committed past it, no loss after repair"

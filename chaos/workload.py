@@ -22,13 +22,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from django.contrib.auth.models import User
 
-from pipelines import accounting
-from pipelines.accounting import Coordinates, Expected, Observed, Record, Tally
+from chaos import accounting
+from chaos.accounting import Coordinates, Expected, Observed, Record, Tally
 from pipelines.models import DesiredState, Pipeline, PipelineRun, PipelineState
 from pipelines.services import create_pipeline
-from streamforge_core import contract as c
 from pipelines.spec import PipelineSpec, parse_spec
 from pipelines.supervision import request_start, request_stop
+from streamforge_core import contract as c
 from streamforge_web import demo
 from streamforge_web.models import Membership, Role, Team
 

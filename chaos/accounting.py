@@ -22,9 +22,9 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from pipelines.dsl import Message, evaluate_destination
-from streamforge_core import contract as c
 from pipelines.spark.writer import _record_size
 from pipelines.spec import PipelineSpec
+from streamforge_core import contract as c
 
 #: A source record's coordinates: (topic, partition, offset).
 Coordinates = tuple[str, int, int]

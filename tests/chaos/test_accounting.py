@@ -1,4 +1,4 @@
-"""The accounting identity's pure logic (pipelines.accounting): expectations from the evaluator and the
+"""The accounting identity's pure logic (chaos.accounting): expectations from the evaluator and the
 size rule, outputs indexed by lineage, and the verdict: lost, duplicates, reroutes, wrong outcomes."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from pipelines import accounting
-from pipelines.accounting import Record
-from streamforge_core import contract as c
+from chaos import accounting
+from chaos.accounting import Record
 from pipelines.spec import parse_spec
+from streamforge_core import contract as c
 
 SOURCE = "events"
 SPEC = parse_spec(
