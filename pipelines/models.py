@@ -95,12 +95,6 @@ class PipelineRevision(models.Model):
     def __str__(self) -> str:
         return f"{self.pipeline.name} r{self.number}"
 
-    @cached_property
-    def parsed(self) -> PipelineSpec:
-        """The stored spec as the typed ``PipelineSpec`` (parsed once per instance). Every saved revision was
-        validated before it was stored, so this raises ``SpecError`` only if the rules have tightened since."""
-        return parse_spec(self.spec, pipeline_name=self.pipeline.name)
-
     def save(self, *args: Any, **kwargs: Any) -> None:
         if self.pk is not None:
             raise RevisionIsImmutable(f"revision {self} is immutable; create a new revision instead")
@@ -108,6 +102,12 @@ class PipelineRevision(models.Model):
 
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         raise RevisionIsImmutable(f"revision {self} is immutable and cannot be deleted")
+
+    @cached_property
+    def parsed(self) -> PipelineSpec:
+        """The stored spec as the typed ``PipelineSpec`` (parsed once per instance). Every saved revision was
+        validated before it was stored, so this raises ``SpecError`` only if the rules have tightened since."""
+        return parse_spec(self.spec, pipeline_name=self.pipeline.name)
 
 
 class PipelineRun(models.Model):

@@ -39,10 +39,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.dsl.spark import SourceColumns, stage_destinations
-from streamforge_core import contract as c
 from pipelines.spark.session import build_session
 from pipelines.spark.writer import SUMMARY_SCHEMA, DestinationInfo, WriterConfig, make_partition_writer
 from pipelines.spec import PipelineSpec, SpecError, parse_spec
+from streamforge_core import contract as c
 
 log = logging.getLogger("streamforge.driver")
 

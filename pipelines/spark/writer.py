@@ -39,8 +39,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from streamforge_core import contract as c
 from pipelines.spec import RetryPolicy
+from streamforge_core import contract as c
 
 #: What each Spark partition reports back to the driver.
 SUMMARY_SCHEMA = "topic string, partition int, min_offset long, max_offset long, records long, skipped boolean, counts string"
