@@ -1,5 +1,5 @@
 """Pages of the pipelines app: the overview, a pipeline's page with start/stop/restart, the editor and the
-editor's draft endpoints (dry run, sampling). Views check visibility and roles, then call ``selectors``,
+editor's draft endpoints (the draft as a dry-run request for the REST API, sampling). Views check visibility and roles, then call ``selectors``,
 ``presenters``, ``services``, ``supervision`` and ``editor``; mutations go through the same service functions as the API,
 so they are audited and refused there too.
 
@@ -10,7 +10,6 @@ the user lacks the role for is a 403.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from typing import Any
 
 from django import forms
@@ -27,12 +26,9 @@ from pipelines.diffs import diff_lines
 from pipelines.models import Pipeline
 from pipelines.progress import RATE_WINDOW_SECONDS
 from pipelines.services import (
-    SampleError,
     SampleUnavailable,
     create_pipeline,
-    dry_run,
     revise_pipeline,
-    sample_message,
     sample_source_messages,
     spec_text,
 )
@@ -275,16 +271,17 @@ def _draft_name(request: HttpRequest) -> str:
 
 @login_required
 @require_POST
-def draft_dry_run(request: HttpRequest) -> JsonResponse:
-    """Run the editor's DRAFT spec (the form as it stands, not the saved revision) over the pasted sample
-    messages (``messages``: see ``editor.messages_from_text``). Writes nothing, so any signed-in user may.
-    200 with, per message, each destination's outcome; 400 with ``errors`` by field when the draft or a
-    message is invalid."""
+def draft_dry_run_request(request: HttpRequest) -> JsonResponse:
+    """The editor's DRAFT (the form as it stands, not the saved revision) and its pasted sample messages
+    (``messages``: see ``editor.messages_from_text``) as the body of a REST dry run
+    (``POST /api/dsl/dry-run/``, which the editor's script sends it to): 200 with ``spec`` and
+    ``messages``; 400 with ``errors`` by field when the draft or the messages are invalid, as the editor
+    shows them on save. Runs nothing and writes nothing, so any signed-in user may."""
     draft, form_errors = editor.spec_from_form(request.POST)
     if form_errors:
         return JsonResponse({"errors": dict(form_errors)}, status=400)
     try:
-        spec = parse_spec(draft, pipeline_name=_draft_name(request))
+        parse_spec(draft, pipeline_name=_draft_name(request))
     except SpecError as exc:
         return JsonResponse({"errors": exc.errors}, status=400)
     raw_messages = editor.messages_from_text(request.POST.get("messages", ""))
@@ -294,19 +291,7 @@ def draft_dry_run(request: HttpRequest) -> JsonResponse:
         return JsonResponse(
             {"errors": {"messages": [f"at most {MAX_DRY_RUN_MESSAGES} messages"]}}, status=400
         )
-    try:
-        samples = [sample_message(raw, index=i) for i, raw in enumerate(raw_messages)]
-    except SampleError as exc:
-        return JsonResponse({"errors": {"messages": [str(exc)]}}, status=400)
-    results = dry_run(spec=spec, messages=samples)
-    return JsonResponse(
-        {
-            "results": [
-                {"index": i, "destinations": [asdict(r) for r in per_message]}
-                for i, per_message in enumerate(results)
-            ]
-        }
-    )
+    return JsonResponse({"spec": draft, "messages": raw_messages})
 
 
 @login_required

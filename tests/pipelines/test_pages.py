@@ -350,7 +350,11 @@ def test_the_draft_dry_run_uses_the_unsaved_form(viewer, pipeline):
         '{"type": "WatchEvent", "actor": {"login": "octo"}}\n{"type": "PushEvent", "actor": {}}\nnot json'
     )
     data = form_post(spec, name="github", messages=messages)
-    response = logged_in(viewer).post("/pipelines/draft/dry-run/", data)
+    client = logged_in(viewer)
+    # As the editor's script does: the form as a dry-run request, then the REST dry run of it.
+    dry_run_request = client.post("/pipelines/draft/dry-run-request/", data)
+    assert dry_run_request.status_code == 200, dry_run_request.json()
+    response = client.post("/api/dsl/dry-run/", dry_run_request.json(), content_type="application/json")
     assert response.status_code == 200, response.json()
     outcomes = [[d["outcome"] for d in r["destinations"]] for r in response.json()["results"]]
     assert outcomes == [
@@ -364,7 +368,7 @@ def test_the_draft_dry_run_uses_the_unsaved_form(viewer, pipeline):
 def test_the_draft_dry_run_returns_spec_errors_by_field(viewer):
     data = form_post(github_spec(), messages='{"a": 1}')
     data["destinations.0.transform"] = "EXTRACT:"
-    response = logged_in(viewer).post("/pipelines/draft/dry-run/", data)
+    response = logged_in(viewer).post("/pipelines/draft/dry-run-request/", data)
     assert response.status_code == 400
     assert list(response.json()["errors"]) == ["destinations.0.transform"]
 
