@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +32,7 @@ from django.utils import timezone
 
 from access.models import AuditEvent
 from access.permissions import AnyUser, visible_teams
+from streamforge_core import redis_client
 
 GENESIS = "0" * 64
 _ANCHOR_PREFIX = "streamforge:audit:anchor:"
@@ -151,19 +151,10 @@ def _genesis_hash() -> str:
     return AuditEvent.objects.filter(sequence=1).values_list("hash", flat=True).first() or GENESIS
 
 
-_clients: dict[tuple[int, str], redis.Redis] = {}
-
-
 def _redis() -> redis.Redis:
     """One client (and connection pool) per process and Redis URL: making a client costs ~2 ms, which a
     bulk action appending thousands of events would pay per event."""
-    key = (os.getpid(), settings.REDIS_URL)
-    client = _clients.get(key)
-    if client is None:
-        client = _clients[key] = redis.Redis.from_url(
-            settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
-        )
-    return client
+    return redis_client.shared(settings.REDIS_URL, timeout=2)
 
 
 def _anchor(genesis: str, sequence: int, event_hash: str) -> None:

@@ -16,12 +16,12 @@ from functools import partial
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from chaos import accounting
 from chaos.context import Context, FaultResult, ModeResult
 from chaos.workload import wait_until
 from dlq.filters import MessageFilter
 from dlq.models import BulkAction, BulkState, DeadLetter, Replay, Status
 from dlq.services import create_bulk
-from pipelines import accounting
 from streamforge_core import contract as c
 from streamforge_core.kafka import KafkaConnection, admin_config
 

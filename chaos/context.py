@@ -16,9 +16,9 @@ from typing import Any
 
 from django.contrib.auth.models import User
 
+from chaos import accounting
 from chaos.stack import ChaosStack
 from chaos.workload import Accountant, Feeder, PipelineHandle, SourceLog, total, wait_until
-from pipelines import accounting
 
 
 @dataclass

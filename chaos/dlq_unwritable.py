@@ -24,9 +24,9 @@ from functools import partial
 
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
+from chaos import accounting
 from chaos.context import Context, FaultResult, ModeResult
 from chaos.workload import PipelineHandle, wait_until
-from pipelines import accounting
 from pipelines.models import PipelineState
 from pipelines.supervision import request_start
 from streamforge_core import contract as c

@@ -23,9 +23,9 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from django.contrib.auth.models import User
 
 from access.models import Membership, Role, Team
+from chaos import accounting
+from chaos.accounting import Coordinates, Expected, Observed, Tally
 from demo import scenario as demo
-from pipelines import accounting
-from pipelines.accounting import Coordinates, Expected, Observed, Tally
 from pipelines.models import DesiredState, Pipeline, PipelineRun, PipelineState
 from pipelines.services import create_pipeline
 from pipelines.spec import PipelineSpec, parse_spec

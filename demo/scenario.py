@@ -31,6 +31,7 @@ from dlq.models import FailureGroup, Runbook
 from dlq.services import save_runbook
 from pipelines.models import Pipeline
 from pipelines.services import create_pipeline, revise_pipeline
+from streamforge_core.kafka import KafkaConnection, admin_config, producer_config
 
 EVENTS_FILE = Path(settings.BASE_DIR) / "demo" / "data" / "github-events-2021-07-21.ndjson"
 PIPELINE = "github-demo"
@@ -116,7 +117,7 @@ def setup_people() -> DemoPeople:
 def ensure_topics(bootstrap: str) -> None:
     """Create the source topic and the archive topic with its smaller record limit (the other destination
     and DLQ topics are created by the pipeline start, as for any pipeline)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(admin_config(KafkaConnection(bootstrap)))
     existing = set(admin.list_topics(timeout=10).topics)
     wanted = [
         NewTopic(SOURCE, 2, 1),
@@ -246,7 +247,11 @@ class Feeder:
 
     def __init__(self, bootstrap: str, *, rate: float, corrupt_every: int) -> None:
         self.producer = Producer(
-            {"bootstrap.servers": bootstrap, "linger.ms": 20, "message.max.bytes": 2_000_000, "acks": "all"}
+            producer_config(
+                KafkaConnection(bootstrap),
+                idempotent=False,
+                extra={"linger.ms": 20, "message.max.bytes": 2_000_000, "acks": "all"},
+            )
         )
         self.rate = rate
         self.corrupt_every = corrupt_every

@@ -19,3 +19,8 @@ class DlqConfig(AppConfig):
         register_target("bulk", visible=owned_by_visible_team(BulkAction))
         register_target("approval", visible=owned_by_visible_team(ApprovalRequest))
         register_target("runbook", visible=owned_by_visible_team(Runbook))
+
+        from dlq.pages import parked_backlog
+        from pipelines.backlog import register_backlog_counter
+
+        register_backlog_counter(parked_backlog)  # the overview's DLQ backlog column

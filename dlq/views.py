@@ -21,7 +21,7 @@ from access.paging import parse_cursor
 from access.permissions import visible_teams
 from dlq import pages, services
 from dlq.models import BulkKind, BulkState, FailureGroup, RunbookAction, Status
-from pipelines.pages import diff_lines
+from pipelines.diffs import diff_lines
 
 #: Bulk actions in these states may still change, so the bulk page keeps polling them.
 BULK_LIVE_STATES = (BulkState.AWAITING_APPROVAL, BulkState.QUEUED, BulkState.RUNNING)

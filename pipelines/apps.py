@@ -15,3 +15,7 @@ class PipelinesConfig(AppConfig):
         from pipelines.models import Pipeline
 
         register_target("pipeline", visible=owned_by_visible_team(Pipeline, field="name"))
+
+        # Registers the Celery tasks in every process, not only in workers: supervision sends them by name,
+        # and a process that knows them applies them as Celery is configured (eagerly where tests ask).
+        from pipelines import tasks  # noqa: F401

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pipelines.spec import COMMIT_KINDS, DELIVERY_MODES
+from pipelines.spec import COMMIT_KINDS, DELIVERY_MODES, DESTINATION_KEYS
 
 #: The input that says which editor the draft comes from: the structured ``form`` or the ``json`` textarea.
 MODE_FIELD = "spec_mode"
@@ -22,17 +22,6 @@ JSON_FIELD = "spec_json"
 #: The DSL parser behind each kind of expression input (``/api/dsl/validate/`` takes these kinds).
 DslKind = Literal["filter", "transform", "key_transform", "header_transform", "timestamp"]
 Widget = Literal["text", "number", "select", "checkbox", "textarea", "dsl", "pairs"]
-
-DESTINATION_KEYS = (
-    "name",
-    "topic",
-    "filter",
-    "transform",
-    "key_transform",
-    "headers",
-    "header_transforms",
-    "timestamp",
-)
 
 
 @dataclass

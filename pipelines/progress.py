@@ -17,7 +17,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import redis
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
@@ -419,7 +419,100 @@ def consumer_group_lag(
 RATE_WINDOW_SECONDS = 60
 
 
-def _sample_json(sample: MetricSample) -> dict[str, Any]:
+class PartitionLag(TypedDict):
+    """One source partition: the offset processed up to (exclusive; the group's committed offset in
+    ``ConsumerGroupLag``, None without a commit), the partition's latest offset and their difference."""
+
+    topic: str
+    partition: int
+    end_offset: int | None
+    latest_offset: int
+    lag: int
+
+
+class ConsumerGroupLag(TypedDict, total=False):
+    """The pipeline's Kafka consumer group as Kafka sees it: its name, total lag and lag per partition, or
+    ``error`` when Kafka did not answer (empty when the pipeline has no revision)."""
+
+    group: str
+    lag: int
+    partitions: list[PartitionLag]
+    error: str
+
+
+class MetricRates(TypedDict):
+    """Records per second over the last ``RATE_WINDOW_SECONDS``."""
+
+    consumed_per_second: float
+    produced_per_second: float
+    dead_lettered_per_second: float
+
+
+class MetricTotals(TypedDict):
+    """Counts since the pipeline was created (``PipelineTotals``)."""
+
+    batches: int
+    consumed: int
+    produced: int
+    filtered: int
+    dead_lettered: int
+    dlq_records: int
+    retries: int
+    lost: int
+    commits_succeeded: int
+    commits_failed: int
+
+
+class BatchFigures(TypedDict):
+    """One micro-batch as the driver reported it (``MetricSample``): counts are records, ``time_ms`` epoch
+    ms, ``duration_ms`` the batch time; ``destinations``, ``dead_lettered_by_type`` and ``offsets`` as the
+    sample stores them."""
+
+    run_id: str
+    batch_id: int
+    time_ms: int
+    duration_ms: float
+    consumed: int
+    produced: int
+    filtered: int
+    dead_lettered: int
+    dlq_records: int
+    retries: int
+    lost: int
+    lag: int | None
+    destinations: dict[str, dict[str, int]]
+    dead_lettered_by_type: dict[str, int]
+    offsets: dict[str, dict[str, dict[str, int | None]]]
+
+
+class FiringAlert(TypedDict):
+    """An alert firing now: its rule, severity, summary and since when (ISO 8601)."""
+
+    rule: str
+    severity: str
+    summary: str
+    since: str
+
+
+class PipelineMetrics(TypedDict):
+    """What the metrics endpoint shows (see ``pipeline_metrics``); ``bucket_seconds`` and ``series`` only
+    when a range was asked for."""
+
+    pipeline: str
+    state: str
+    lag: int | None
+    partitions: list[PartitionLag]
+    consumer_group: ConsumerGroupLag
+    rate_window_seconds: int
+    rates: MetricRates
+    totals: MetricTotals
+    last_batch: BatchFigures | None
+    alerts: list[FiringAlert]
+    bucket_seconds: NotRequired[int]
+    series: NotRequired[list[SeriesPoint]]
+
+
+def _sample_json(sample: MetricSample) -> BatchFigures:
     return {
         "run_id": str(sample.run.run_id),
         "batch_id": sample.batch_id,
@@ -441,7 +534,7 @@ def _sample_json(sample: MetricSample) -> dict[str, Any]:
 
 def pipeline_metrics(
     *, pipeline: Pipeline, range_seconds: int | None = None, now_ms: int | None = None
-) -> dict[str, Any]:
+) -> PipelineMetrics:
     """What the metrics endpoint shows (shape: ``pipelines.api.serializers.MetricsSerializer``).
 
     ``partitions``/``lag``: each source partition's lag after the last batch that read it.
@@ -454,7 +547,7 @@ def pipeline_metrics(
     from pipelines.spec import parse_spec
 
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
-    partitions = [
+    partitions: list[PartitionLag] = [
         {
             "topic": row.topic,
             "partition": row.partition,
@@ -464,7 +557,7 @@ def pipeline_metrics(
         }
         for row in pipeline.partitions.all()
     ]
-    group: dict[str, Any] = {}
+    group: ConsumerGroupLag = {}
     if pipeline.current_revision is not None:
         spec = parse_spec(pipeline.current_revision.spec, pipeline_name=pipeline.name)
         group["group"] = spec.source.consumer_group
@@ -488,17 +581,26 @@ def pipeline_metrics(
     window = pipeline.metric_samples.filter(time_ms__gte=now_ms - RATE_WINDOW_SECONDS * 1000).aggregate(
         consumed=Sum("consumed"), produced=Sum("produced"), dead_lettered=Sum("dead_lettered")
     )
-    rates = {f"{key}_per_second": float(value or 0) / RATE_WINDOW_SECONDS for key, value in window.items()}
-    totals_row = PipelineTotals.objects.filter(pipeline=pipeline).first() or PipelineTotals(pipeline=pipeline)
-    totals = {
-        field: int(getattr(totals_row, field))
-        for field in (
-            "batches", "consumed", "produced", "filtered", "dead_lettered", "dlq_records", "retries", "lost",
-            "commits_succeeded", "commits_failed",
-        )
-    }  # fmt: skip
+    rates: MetricRates = {
+        "consumed_per_second": float(window["consumed"] or 0) / RATE_WINDOW_SECONDS,
+        "produced_per_second": float(window["produced"] or 0) / RATE_WINDOW_SECONDS,
+        "dead_lettered_per_second": float(window["dead_lettered"] or 0) / RATE_WINDOW_SECONDS,
+    }
+    t = PipelineTotals.objects.filter(pipeline=pipeline).first() or PipelineTotals(pipeline=pipeline)
+    totals: MetricTotals = {
+        "batches": int(t.batches),
+        "consumed": int(t.consumed),
+        "produced": int(t.produced),
+        "filtered": int(t.filtered),
+        "dead_lettered": int(t.dead_lettered),
+        "dlq_records": int(t.dlq_records),
+        "retries": int(t.retries),
+        "lost": int(t.lost),
+        "commits_succeeded": int(t.commits_succeeded),
+        "commits_failed": int(t.commits_failed),
+    }
     last = pipeline.metric_samples.select_related("run").order_by("-time_ms", "-id").first()
-    result: dict[str, Any] = {
+    result: PipelineMetrics = {
         "pipeline": pipeline.name,
         "state": pipeline.state,
         "lag": sum(p["lag"] for p in partitions) if partitions else None,
@@ -514,11 +616,12 @@ def pipeline_metrics(
         ],
     }
     if range_seconds is not None:
-        result["bucket_seconds"] = bucket_seconds_for(range_seconds)
+        bucket_seconds = bucket_seconds_for(range_seconds)
+        result["bucket_seconds"] = bucket_seconds
         result["series"] = metric_series(
             pipeline=pipeline,
             since_ms=now_ms - range_seconds * 1000,
             until_ms=now_ms + 1,
-            bucket_seconds=result["bucket_seconds"],
+            bucket_seconds=bucket_seconds,
         )
     return result

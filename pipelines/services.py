@@ -11,9 +11,10 @@ import binascii
 import difflib
 import json
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired, TypedDict
 
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -268,7 +269,62 @@ def dry_run(
     ]
 
 
+@dataclass(frozen=True)
+class MessageResults:
+    """Every destination's outcome for the sample message at ``index`` (0-based) of a dry run."""
+
+    index: int
+    destinations: list[DestinationResult]
+
+
+@dataclass(frozen=True)
+class OutcomeCounts:
+    """How many (message, destination) pairs of a dry run ended in each outcome."""
+
+    produced: int
+    filtered: int
+    dead_lettered: int
+
+
+@dataclass(frozen=True)
+class DryRunReport:
+    """A dry run as the API returns it: the revision run (None for a draft spec), per message each
+    destination's outcome, and the outcome counts."""
+
+    revision: int | None
+    results: list[MessageResults]
+    summary: OutcomeCounts
+
+
+def dry_run_report(
+    *, spec: PipelineSpec, messages: Sequence[Message], revision: int | None = None, now_ms: int | None = None
+) -> DryRunReport:
+    """``dry_run`` with each message's results numbered and the outcomes counted; ``revision`` is the
+    number of the revision ``spec`` came from (None for a draft). Writes nothing."""
+    results = dry_run(spec=spec, messages=messages, now_ms=now_ms)
+    counts: Counter[str] = Counter(r.outcome for per_message in results for r in per_message)
+    return DryRunReport(
+        revision=revision,
+        results=[MessageResults(index=i, destinations=per_message) for i, per_message in enumerate(results)],
+        summary=OutcomeCounts(
+            produced=counts["produced"], filtered=counts["filtered"], dead_lettered=counts["dead_lettered"]
+        ),
+    )
+
+
 # ------------------------------------------------------------------------------------------ sampling
+
+
+class SampledMessage(TypedDict):
+    """A record read from a topic as sample-message JSON (``sample_message`` reads it back): ``value`` when
+    it is UTF-8 text, else ``value_base64``; ``source`` is ``topic/partition/offset``."""
+
+    key: str | None
+    headers: dict[str, str | None]
+    timestamp: int | None
+    source: str
+    value: NotRequired[str | None]
+    value_base64: NotRequired[str]
 
 
 class SampleUnavailable(Exception):
@@ -277,7 +333,7 @@ class SampleUnavailable(Exception):
 
 def sample_source_messages(
     *, topics: Sequence[str], limit: int = 10, timeout: float = 5.0, bootstrap: str | None = None
-) -> list[dict[str, Any]]:
+) -> list[SampledMessage]:
     """Up to ``limit`` of the newest records of ``topics``, as sample-message JSON for ``sample_message``
     (``value`` as text when it is UTF-8, else ``value_base64``; ``key`` as text; ``headers``; ``timestamp``
     in epoch ms), oldest first.
@@ -287,15 +343,16 @@ def sample_source_messages(
     ``timeout`` seconds or no topic exists; missing topics among existing ones are skipped.
     """
     from confluent_kafka import Consumer, KafkaException, TopicPartition
-    from django.conf import settings
+
+    from pipelines.connections import default_kafka
+    from streamforge_core.kafka import KafkaConnection, consumer_config
 
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap or settings.KAFKA_BOOTSTRAP_SERVERS,
-            "group.id": "streamforge-web-sampler",  # required by the client; never committed to
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
+        consumer_config(
+            KafkaConnection(bootstrap) if bootstrap else default_kafka(),
+            group_id="streamforge-web-sampler",  # required by the client; never committed to
+            extra={"enable.partition.eof": True},
+        )
     )
     try:
         try:
@@ -336,10 +393,10 @@ def sample_source_messages(
     return [_sample_json(r) for r in records[-limit:]]
 
 
-def _sample_json(record: Any) -> dict[str, Any]:
+def _sample_json(record: Any) -> SampledMessage:
     value: bytes | None = record.value()
     key: bytes | None = record.key()
-    sample: dict[str, Any] = {
+    sample: SampledMessage = {
         "key": key.decode("utf-8", "backslashreplace") if key is not None else None,
         "headers": {
             name: (data.decode("utf-8", "backslashreplace") if data is not None else None)

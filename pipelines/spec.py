@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, TypeVar, cast
 
 from pipelines.dsl import (
@@ -105,6 +105,10 @@ class DestinationConfig:
             ),
             timestamp=parse_timestamp(self.timestamp),
         )
+
+
+#: The keys of a destination object, in the order the spec, the editor and the stored JSON list them.
+DESTINATION_KEYS: tuple[str, ...] = tuple(f.name for f in fields(DestinationConfig))
 
 
 @dataclass(frozen=True)
@@ -333,20 +337,7 @@ def parse_spec(data: object, *, pipeline_name: str) -> PipelineSpec:
         if not isinstance(raw, Mapping):
             reader.error(path, "must be an object")
             continue
-        reader.unknown(
-            raw,
-            {
-                "name",
-                "topic",
-                "filter",
-                "transform",
-                "key_transform",
-                "headers",
-                "header_transforms",
-                "timestamp",
-            },
-            path,
-        )
+        reader.unknown(raw, set(DESTINATION_KEYS), path)
         name = reader.value(
             raw,
             "name",

@@ -8,7 +8,11 @@ urlpatterns: list[URLPattern] = [
     path("", views.overview, name="overview"),
     path("pipelines/overview.json", views.overview_json, name="overview-json"),
     path("pipelines/new/", views.pipeline_editor, name="pipeline-new"),
-    path("pipelines/draft/dry-run/", views.draft_dry_run, name="pipeline-draft-dry-run"),
+    path(
+        "pipelines/draft/dry-run-request/",
+        views.draft_dry_run_request,
+        name="pipeline-draft-dry-run-request",
+    ),
     path("pipelines/draft/sample/", views.draft_sample, name="pipeline-draft-sample"),
     path("pipelines/<slug:name>/", views.pipeline_detail, name="pipeline-detail"),
     path("pipelines/<slug:name>/edit/", views.pipeline_editor, name="pipeline-edit"),

@@ -1,6 +1,6 @@
 """Pages of the pipelines app: the overview, a pipeline's page with start/stop/restart, the editor and the
-editor's draft endpoints (dry run, sampling). Views check visibility and roles, then call ``pages``,
-``services``, ``supervision`` and ``editor``; mutations go through the same service functions as the API,
+editor's draft endpoints (the draft as a dry-run request for the REST API, sampling). Views check visibility and roles, then call ``selectors``,
+``presenters``, ``services``, ``supervision`` and ``editor``; mutations go through the same service functions as the API,
 so they are audited and refused there too.
 
 Visibility before roles: another team's pipeline is a 404 (its name is not confirmed), a visible pipeline
@@ -10,7 +10,6 @@ the user lacks the role for is a 403.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from typing import Any
 
 from django import forms
@@ -24,16 +23,14 @@ from django.views.decorators.http import require_GET, require_POST
 
 from access.models import Role, Team
 from access.permissions import has_role, is_admin
-from pipelines import editor, pages, supervision
+from pipelines import editor, presenters, selectors, supervision
+from pipelines.diffs import diff_lines
 from pipelines.models import Pipeline
 from pipelines.progress import RATE_WINDOW_SECONDS
 from pipelines.services import (
-    SampleError,
     SampleUnavailable,
     create_pipeline,
-    dry_run,
     revise_pipeline,
-    sample_message,
     sample_source_messages,
     spec_text,
 )
@@ -66,7 +63,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         request,
         "pipelines/overview.html",
         {
-            "rows": pages.overview_rows(request.user),
+            "rows": selectors.overview_rows(request.user),
             "can_create": is_admin(request.user),
             "rate_window": RATE_WINDOW_SECONDS,
         },
@@ -77,7 +74,7 @@ def overview(request: HttpRequest) -> HttpResponse:
 @require_GET
 def overview_json(request: HttpRequest) -> JsonResponse:
     """The overview's rows as JSON: what the page reloads after its websocket reconnects."""
-    return JsonResponse({"pipelines": [row.as_json() for row in pages.overview_rows(request.user)]})
+    return JsonResponse({"pipelines": [row.as_json() for row in selectors.overview_rows(request.user)]})
 
 
 @login_required
@@ -87,7 +84,7 @@ def pipeline_detail(request: HttpRequest, name: str) -> HttpResponse:
     for operators, start/stop/restart."""
     pipeline = _visible_pipeline(request, name)
     revision = pipeline.current_revision
-    spec = revision.spec if revision is not None else None
+    spec = revision.parsed if revision is not None else None
     return render(
         request,
         "pipelines/detail.html",
@@ -95,14 +92,14 @@ def pipeline_detail(request: HttpRequest, name: str) -> HttpResponse:
             "pipeline": pipeline,
             "revision": revision,
             "spec": spec,
-            "spec_json": spec_text(spec) if spec else "",
-            "destinations": pages.destination_views(spec) if spec else [],
-            "revisions": [(r, pages.diff_lines(r.diff)) for r in pages.revisions(pipeline)],
-            "runs": pages.recent_runs(pipeline),
+            "spec_json": spec_text(revision.spec) if revision is not None else "",
+            "destinations": presenters.destination_views(spec) if spec else [],
+            "revisions": [(r, diff_lines(r.diff)) for r in selectors.revisions(pipeline)],
+            "runs": selectors.recent_runs(pipeline),
             "can_operate": has_role(request.user, pipeline.team, Role.OPERATOR),
             "can_edit": has_role(request.user, pipeline.team, Role.ADMIN),
             "chart_range": CHART_RANGE_SECONDS,
-            "dlq_by_type": pages.dead_lettered_by_type(
+            "dlq_by_type": selectors.dead_lettered_by_type(
                 pipeline, since_ms=int(time.time() * 1000) - CHART_RANGE_SECONDS * 1000
             ),
         },
@@ -274,16 +271,17 @@ def _draft_name(request: HttpRequest) -> str:
 
 @login_required
 @require_POST
-def draft_dry_run(request: HttpRequest) -> JsonResponse:
-    """Run the editor's DRAFT spec (the form as it stands, not the saved revision) over the pasted sample
-    messages (``messages``: see ``editor.messages_from_text``). Writes nothing, so any signed-in user may.
-    200 with, per message, each destination's outcome; 400 with ``errors`` by field when the draft or a
-    message is invalid."""
+def draft_dry_run_request(request: HttpRequest) -> JsonResponse:
+    """The editor's DRAFT (the form as it stands, not the saved revision) and its pasted sample messages
+    (``messages``: see ``editor.messages_from_text``) as the body of a REST dry run
+    (``POST /api/dsl/dry-run/``, which the editor's script sends it to): 200 with ``spec`` and
+    ``messages``; 400 with ``errors`` by field when the draft or the messages are invalid, as the editor
+    shows them on save. Runs nothing and writes nothing, so any signed-in user may."""
     draft, form_errors = editor.spec_from_form(request.POST)
     if form_errors:
         return JsonResponse({"errors": dict(form_errors)}, status=400)
     try:
-        spec = parse_spec(draft, pipeline_name=_draft_name(request))
+        parse_spec(draft, pipeline_name=_draft_name(request))
     except SpecError as exc:
         return JsonResponse({"errors": exc.errors}, status=400)
     raw_messages = editor.messages_from_text(request.POST.get("messages", ""))
@@ -293,19 +291,7 @@ def draft_dry_run(request: HttpRequest) -> JsonResponse:
         return JsonResponse(
             {"errors": {"messages": [f"at most {MAX_DRY_RUN_MESSAGES} messages"]}}, status=400
         )
-    try:
-        samples = [sample_message(raw, index=i) for i, raw in enumerate(raw_messages)]
-    except SampleError as exc:
-        return JsonResponse({"errors": {"messages": [str(exc)]}}, status=400)
-    results = dry_run(spec=spec, messages=samples)
-    return JsonResponse(
-        {
-            "results": [
-                {"index": i, "destinations": [asdict(r) for r in per_message]}
-                for i, per_message in enumerate(results)
-            ]
-        }
-    )
+    return JsonResponse({"spec": draft, "messages": raw_messages})
 
 
 @login_required

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import types
+import typing
+from typing import Any, Literal
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -10,6 +13,18 @@ from rest_framework import serializers
 from access.models import Team
 from pipelines.dsl import ErrorHandling
 from pipelines.models import Pipeline, PipelineRun
+from pipelines.progress import (
+    BatchFigures,
+    ConsumerGroupLag,
+    FiringAlert,
+    MetricRates,
+    MetricTotals,
+    PartitionLag,
+    PipelineMetrics,
+    SeriesPoint,
+)
+from pipelines.services import DestinationResult, DryRunReport, MessageResults, OutcomeCounts
+from pipelines.spec import PipelineSpec
 
 
 class ErrorHandlingSerializer(serializers.Serializer[ErrorHandling]):
@@ -91,6 +106,13 @@ class DryRunRequestSerializer(serializers.Serializer[dict[str, Any]]):
     now = serializers.IntegerField(required=False, min_value=0)
 
 
+class DraftDryRunRequestSerializer(DryRunRequestSerializer):
+    """``POST /api/dsl/dry-run/``: sample messages and a draft spec of a pipeline not saved yet (what the
+    pipeline editor sends)."""
+
+    spec = serializers.JSONField()
+
+
 # --------------------------------------------------------------------------------------------- pipelines
 
 
@@ -109,13 +131,46 @@ class RunSerializer(serializers.ModelSerializer[PipelineRun]):
         read_only_fields = fields
 
 
+def _json_schema(annotation: Any) -> dict[str, Any]:
+    """The OpenAPI schema of a spec field's type (the spec dataclasses use only these types)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if dataclasses.is_dataclass(annotation):
+        hints = typing.get_type_hints(annotation)
+        return {
+            "type": "object",
+            "properties": {f.name: _json_schema(hints[f.name]) for f in dataclasses.fields(annotation)},
+        }
+    if origin in (types.UnionType, typing.Union):
+        [inner] = [a for a in args if a is not type(None)]
+        return {**_json_schema(inner), "nullable": True}
+    if origin is Literal:
+        return {"type": "string", "enum": list(args)}
+    if origin is tuple:
+        return {"type": "array", "items": _json_schema(args[0])}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _json_schema(args[1])}
+    return {
+        str: {"type": "string"},
+        int: {"type": "integer"},
+        float: {"type": "number"},
+        bool: {"type": "boolean"},
+    }[annotation]
+
+
+@extend_schema_field(
+    {**_json_schema(PipelineSpec), "description": "the current revision's spec, every default filled in"}
+)
+class StoredSpecField(serializers.JSONField):
+    """A revision's stored spec (``PipelineSpec.to_json()``), passed through as stored."""
+
+
 class PipelineSerializer(serializers.ModelSerializer[Pipeline]):
     """A pipeline as read: desired and actual state, the current revision's number and spec, and the run
     that is active (or the last one)."""
 
     team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="name", read_only=True)
     revision = serializers.IntegerField(source="current_revision.number", read_only=True, allow_null=True)
-    spec = serializers.JSONField(source="current_revision.spec", read_only=True, allow_null=True)
+    spec = StoredSpecField(source="current_revision.spec", read_only=True, allow_null=True)
     current_run = serializers.SerializerMethodField()
 
     class Meta:
@@ -163,7 +218,7 @@ class ActionSerializer(serializers.Serializer[dict[str, Any]]):
     reason = serializers.CharField(required=False, allow_blank=True, max_length=1000, default="")
 
 
-class PartitionLagSerializer(serializers.Serializer[dict[str, Any]]):
+class PartitionLagSerializer(serializers.Serializer[PartitionLag]):
     """One source partition: processed end offset, latest offset and their difference."""
 
     topic = serializers.CharField()
@@ -173,7 +228,130 @@ class PartitionLagSerializer(serializers.Serializer[dict[str, Any]]):
     lag = serializers.IntegerField()
 
 
-class MetricsSerializer(serializers.Serializer[dict[str, Any]]):
+class ConsumerGroupLagSerializer(serializers.Serializer[ConsumerGroupLag]):
+    """The pipeline's Kafka consumer group as Kafka sees it (``end_offset``: the committed offset, null
+    without a commit); ``error`` instead when Kafka did not answer; empty without a revision."""
+
+    group = serializers.CharField(required=False)
+    lag = serializers.IntegerField(required=False)
+    partitions = PartitionLagSerializer(many=True, required=False)
+    error = serializers.CharField(required=False)
+
+
+class MetricRatesSerializer(serializers.Serializer[MetricRates]):
+    """Records per second over the last ``rate_window_seconds``."""
+
+    consumed_per_second = serializers.FloatField()
+    produced_per_second = serializers.FloatField()
+    dead_lettered_per_second = serializers.FloatField()
+
+
+class MetricTotalsSerializer(serializers.Serializer[MetricTotals]):
+    """Counts since the pipeline was created."""
+
+    batches = serializers.IntegerField()
+    consumed = serializers.IntegerField()
+    produced = serializers.IntegerField()
+    filtered = serializers.IntegerField()
+    dead_lettered = serializers.IntegerField()
+    dlq_records = serializers.IntegerField()
+    retries = serializers.IntegerField()
+    lost = serializers.IntegerField()
+    commits_succeeded = serializers.IntegerField()
+    commits_failed = serializers.IntegerField()
+
+
+_COUNTS = {"type": "integer"}
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "description": "destination name -> records produced, filtered and dead-lettered",
+        "additionalProperties": {
+            "type": "object",
+            "properties": {"produced": _COUNTS, "filtered": _COUNTS, "dead_lettered": _COUNTS},
+        },
+    }
+)
+class DestinationCountsField(serializers.JSONField):
+    """A batch's counts per destination, as the driver reported them (passed through unchanged)."""
+
+
+@extend_schema_field(
+    {"type": "object", "description": "error type -> records", "additionalProperties": _COUNTS}
+)
+class CountsByErrorTypeField(serializers.JSONField):
+    """A batch's dead-lettered records per error type, as the driver reported them."""
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "description": "topic -> partition -> offsets the batch read from (start) up to (end, exclusive) and "
+        "the partition's latest offset",
+        "additionalProperties": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "properties": {
+                    "start": {"type": "integer", "nullable": True},
+                    "end": {"type": "integer", "nullable": True},
+                    "latest": {"type": "integer", "nullable": True},
+                },
+            },
+        },
+    }
+)
+class BatchOffsetsField(serializers.JSONField):
+    """The offsets a batch read, per topic and partition, as the driver reported them."""
+
+
+class BatchFiguresSerializer(serializers.Serializer[BatchFigures]):
+    """The last micro-batch: counts are records, ``time_ms`` epoch ms, ``duration_ms`` its duration."""
+
+    run_id = serializers.CharField()
+    batch_id = serializers.IntegerField()
+    time_ms = serializers.IntegerField()
+    duration_ms = serializers.FloatField()
+    consumed = serializers.IntegerField()
+    produced = serializers.IntegerField()
+    filtered = serializers.IntegerField()
+    dead_lettered = serializers.IntegerField()
+    dlq_records = serializers.IntegerField()
+    retries = serializers.IntegerField()
+    lost = serializers.IntegerField()
+    lag = serializers.IntegerField(allow_null=True)
+    destinations = DestinationCountsField()
+    dead_lettered_by_type = CountsByErrorTypeField()
+    offsets = BatchOffsetsField()
+
+
+class FiringAlertSerializer(serializers.Serializer[FiringAlert]):
+    """An alert firing now; ``since`` is ISO 8601."""
+
+    rule = serializers.CharField()
+    severity = serializers.CharField()
+    summary = serializers.CharField()
+    since = serializers.CharField()
+
+
+class SeriesPointSerializer(serializers.Serializer[SeriesPoint]):
+    """One time bucket: ``time_ms`` its start (epoch ms), counts summed, ``lag`` the largest seen,
+    ``duration_ms`` the mean batch time."""
+
+    time_ms = serializers.IntegerField()
+    batches = serializers.IntegerField()
+    consumed = serializers.IntegerField()
+    produced = serializers.IntegerField()
+    filtered = serializers.IntegerField()
+    dead_lettered = serializers.IntegerField()
+    retries = serializers.IntegerField()
+    lag = serializers.IntegerField(allow_null=True)
+    duration_ms = serializers.FloatField(allow_null=True)
+
+
+class MetricsSerializer(serializers.Serializer[PipelineMetrics]):
     """``GET /api/pipelines/{name}/metrics/``: lag per partition (from the last batches and from the Kafka
     consumer group), rates over the last ``rate_window_seconds``, totals, the last batch, firing alerts and,
     with ``?range=<seconds>``, a downsampled series."""
@@ -182,13 +360,60 @@ class MetricsSerializer(serializers.Serializer[dict[str, Any]]):
     state = serializers.CharField()
     lag = serializers.IntegerField(allow_null=True)
     partitions = PartitionLagSerializer(many=True)
-    consumer_group = serializers.DictField()
+    consumer_group = ConsumerGroupLagSerializer()
     rate_window_seconds = serializers.IntegerField()
-    rates = serializers.DictField(child=serializers.FloatField())
-    totals = serializers.DictField(child=serializers.IntegerField())
-    last_batch = serializers.DictField(allow_null=True)
-    alerts = serializers.ListField(child=serializers.DictField())
+    rates = MetricRatesSerializer()
+    totals = MetricTotalsSerializer()
+    last_batch = BatchFiguresSerializer(allow_null=True)
+    alerts = FiringAlertSerializer(many=True)
     bucket_seconds = serializers.IntegerField(
         required=False, help_text="width of each series point (with range)"
     )
-    series = serializers.ListField(child=serializers.DictField(), required=False)
+    series = SeriesPointSerializer(many=True, required=False)
+
+
+# --------------------------------------------------------------------------------------------- dry runs
+
+
+class DestinationResultSerializer(serializers.Serializer[DestinationResult]):
+    """One destination's outcome for one message: the record produced (value, key and headers as text,
+    timestamp in epoch ms), or nothing (filtered), or the error type and message (dead-lettered)."""
+
+    destination = serializers.CharField()
+    topic = serializers.CharField()
+    outcome = serializers.ChoiceField(["produced", "filtered", "dead_lettered"])
+    value = serializers.CharField(allow_null=True)
+    key = serializers.CharField(allow_null=True)
+    headers = serializers.DictField(child=serializers.CharField(allow_null=True))
+    timestamp = serializers.IntegerField(allow_null=True)
+    error_type = serializers.CharField(allow_null=True)
+    error_message = serializers.CharField(allow_null=True)
+
+
+class MessageResultsSerializer(serializers.Serializer[MessageResults]):
+    """Every destination's outcome, in spec order, for the message at ``index`` (0-based)."""
+
+    index = serializers.IntegerField()
+    destinations = DestinationResultSerializer(many=True)
+
+
+class OutcomeCountsSerializer(serializers.Serializer[OutcomeCounts]):
+    """How many (message, destination) pairs ended in each outcome."""
+
+    produced = serializers.IntegerField()
+    filtered = serializers.IntegerField()
+    dead_lettered = serializers.IntegerField()
+
+
+class DryRunReportSerializer(serializers.Serializer[DryRunReport]):
+    """A dry run: the revision run (null for a draft spec), the outcomes per message and their counts."""
+
+    revision = serializers.IntegerField(allow_null=True)
+    results = MessageResultsSerializer(many=True)
+    summary = OutcomeCountsSerializer()
+
+
+class ErrorDetailSerializer(serializers.Serializer[dict[str, str]]):
+    """Why the request was refused (409: the pipeline's state does not allow it)."""
+
+    detail = serializers.CharField()

@@ -3,7 +3,7 @@
 from django.urls import URLPattern, URLResolver, path
 from rest_framework.routers import DefaultRouter
 
-from pipelines.api.views import DryRunView, EvaluateView, PipelineViewSet, ValidateView
+from pipelines.api.views import DraftDryRunView, DryRunView, EvaluateView, PipelineViewSet, ValidateView
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
@@ -12,6 +12,7 @@ router.register("pipelines", PipelineViewSet, basename="pipeline")
 urlpatterns: list[URLPattern | URLResolver] = [
     path("dsl/evaluate/", EvaluateView.as_view(), name="dsl-evaluate"),
     path("dsl/validate/", ValidateView.as_view(), name="dsl-validate"),
+    path("dsl/dry-run/", DraftDryRunView.as_view(), name="draft-dry-run"),
     path("pipelines/<slug:name>/dry-run/", DryRunView.as_view(), name="pipeline-dry-run"),
     *router.urls,
 ]

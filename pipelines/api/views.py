@@ -8,8 +8,6 @@ logic lives here.
 from __future__ import annotations
 
 import time
-from collections import Counter
-from dataclasses import asdict
 from typing import Any
 
 from django.db.models import QuerySet
@@ -26,7 +24,10 @@ from access.permissions import has_role, visible_teams
 from pipelines import dsl, supervision
 from pipelines.api.serializers import (
     ActionSerializer,
+    DraftDryRunRequestSerializer,
+    DryRunReportSerializer,
     DryRunRequestSerializer,
+    ErrorDetailSerializer,
     ErrorHandlingSerializer,
     EvaluateRequestSerializer,
     EvaluateResponseSerializer,
@@ -45,7 +46,7 @@ from pipelines.services import (
     SampleError,
     create_pipeline,
     delete_pipeline,
-    dry_run,
+    dry_run_report,
     revise_pipeline,
     sample_message,
 )
@@ -115,8 +116,9 @@ class EvaluateView(APIView):
         try:
             result = _evaluate(kind, node, message, handling_serializer.to_error_handling(), now_ms)
         except dsl.EvaluationError as exc:
-            return Response({"kind": kind, "ok": False, "error_type": exc.error_type, "message": str(exc)})
-        return Response({"kind": kind, "ok": True, "result": result})
+            failed = {"kind": kind, "ok": False, "error_type": exc.error_type, "message": str(exc)}
+            return Response(EvaluateResponseSerializer(failed).data)
+        return Response(EvaluateResponseSerializer({"kind": kind, "ok": True, "result": result}).data)
 
 
 class ValidateView(APIView):
@@ -134,16 +136,26 @@ class ValidateView(APIView):
         try:
             node = _PARSERS[kind](expr)
         except dsl.DslParseError as exc:
-            return Response(
-                {
-                    "kind": kind,
-                    "ok": False,
-                    "error_type": exc.error_type,
-                    "position": exc.position,
-                    "message": exc.message,
-                }
-            )
-        return Response({"kind": kind, "ok": True, "normalized": node.render()})
+            refused = {
+                "kind": kind,
+                "ok": False,
+                "error_type": exc.error_type,
+                "position": exc.position,
+                "message": exc.message,
+            }
+            return Response(ValidateResponseSerializer(refused).data)
+        return Response(
+            ValidateResponseSerializer({"kind": kind, "ok": True, "normalized": node.render()}).data
+        )
+
+
+def _dry_run(spec: PipelineSpec, revision: int | None, data: dict[str, Any]) -> Response:
+    try:
+        messages = [sample_message(raw, index=i) for i, raw in enumerate(data["messages"])]
+    except SampleError as exc:
+        return Response({f"messages.{exc.index}.{exc.field}": [str(exc)]}, status=400)
+    report = dry_run_report(spec=spec, messages=messages, revision=revision, now_ms=data.get("now"))
+    return Response(DryRunReportSerializer(report).data)
 
 
 class DryRunView(APIView):
@@ -152,7 +164,7 @@ class DryRunView(APIView):
     dead-lettered (with the error type). Writes nothing. Needs at least the viewer role in the pipeline's team.
     """
 
-    @extend_schema(request=DryRunRequestSerializer, responses={200: dict})
+    @extend_schema(request=DryRunRequestSerializer, responses={200: DryRunReportSerializer})
     def post(self, request: Request, name: str) -> Response:
         pipeline = get_object_or_404(Pipeline.objects.select_related("team", "current_revision"), name=name)
         if not has_role(request.user, pipeline.team, Role.VIEWER):
@@ -166,28 +178,30 @@ class DryRunView(APIView):
             if "spec" in data:
                 spec, revision_number = parse_spec(data["spec"], pipeline_name=pipeline.name), None
             elif pipeline.current_revision is not None:
-                spec = parse_spec(pipeline.current_revision.spec, pipeline_name=pipeline.name)
+                spec = pipeline.current_revision.parsed
                 revision_number = pipeline.current_revision.number
             else:
                 return Response({"spec": ["the pipeline has no revision yet; send a draft spec"]}, status=400)
         except SpecError as exc:
-            return Response({f"spec.{path}": messages for path, messages in exc.errors.items()}, status=400)
+            return _spec_errors(exc)
+        return _dry_run(spec, revision_number, data)
+
+
+class DraftDryRunView(APIView):
+    """``POST /api/dsl/dry-run/``: as a pipeline's dry run, for the draft ``spec`` of a pipeline that is
+    not saved yet (the pipeline editor's dry run). Writes nothing, so any signed-in user may. 400 with
+    ``spec.<field>`` errors for an invalid spec, ``messages.<i>.<field>`` for an invalid message."""
+
+    @extend_schema(request=DraftDryRunRequestSerializer, responses={200: DryRunReportSerializer})
+    def post(self, request: Request) -> Response:
+        serializer = DraftDryRunRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
         try:
-            messages = [sample_message(raw, index=i) for i, raw in enumerate(data["messages"])]
-        except SampleError as exc:
-            return Response({f"messages.{exc.index}.{exc.field}": [str(exc)]}, status=400)
-        results = dry_run(spec=spec, messages=messages, now_ms=data.get("now"))
-        summary: Counter[str] = Counter(r.outcome for per_message in results for r in per_message)
-        return Response(
-            {
-                "revision": revision_number,
-                "results": [
-                    {"index": i, "destinations": [asdict(r) for r in per_message]}
-                    for i, per_message in enumerate(results)
-                ],
-                "summary": {k: summary.get(k, 0) for k in ("produced", "filtered", "dead_lettered")},
-            }
-        )
+            spec = parse_spec(data["spec"], pipeline_name="draft")
+        except SpecError as exc:
+            return _spec_errors(exc)
+        return _dry_run(spec, None, data)
 
 
 def _spec_errors(exc: SpecError) -> Response:
@@ -270,7 +284,7 @@ class PipelineViewSet(viewsets.GenericViewSet[Pipeline]):
         """As ``update``; every field is optional."""
         return self.update(request, name)
 
-    @extend_schema(responses={204: None, 409: dict})
+    @extend_schema(responses={204: None, 409: ErrorDetailSerializer})
     def destroy(self, request: Request, name: str) -> Response:
         """Delete a stopped pipeline with its history (admin); 409 while it runs or is meant to."""
         try:
@@ -299,19 +313,19 @@ class PipelineViewSet(viewsets.GenericViewSet[Pipeline]):
         updated.refresh_from_db()
         return Response(PipelineSerializer(updated).data, status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(request=ActionSerializer, responses={202: PipelineSerializer})
+    @extend_schema(request=ActionSerializer, responses={202: PipelineSerializer, 409: ErrorDetailSerializer})
     @action(detail=True, methods=["post"])
     def start(self, request: Request, name: str) -> Response:
         """Run the current revision (operator). A FAILED or HALTED pipeline starts a fresh series."""
         return self._act(request, name, "start")
 
-    @extend_schema(request=ActionSerializer, responses={202: PipelineSerializer})
+    @extend_schema(request=ActionSerializer, responses={202: PipelineSerializer, 409: ErrorDetailSerializer})
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, name: str) -> Response:
         """Stop after the running micro-batch (operator); forced after the stop timeout."""
         return self._act(request, name, "stop")
 
-    @extend_schema(request=ActionSerializer, responses={202: PipelineSerializer})
+    @extend_schema(request=ActionSerializer, responses={202: PipelineSerializer, 409: ErrorDetailSerializer})
     @action(detail=True, methods=["post"])
     def restart(self, request: Request, name: str) -> Response:
         """Stop gracefully and start the current revision again (operator)."""
@@ -345,4 +359,6 @@ class PipelineViewSet(viewsets.GenericViewSet[Pipeline]):
                 range_seconds = max(1, min(int(range_text), 90 * 24 * 3600))
             except ValueError:
                 return Response({"range": ["an integer number of seconds"]}, status=400)
-        return Response(pipeline_metrics(pipeline=pipeline, range_seconds=range_seconds))
+        return Response(
+            MetricsSerializer(pipeline_metrics(pipeline=pipeline, range_seconds=range_seconds)).data
+        )

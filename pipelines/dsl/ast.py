@@ -17,6 +17,9 @@ Conventions used by the nodes:
   ``bool`` for exactly ``true`` / ``false``, else the text itself.
 - Numbers that StreamForge reads as ``f64`` are kept as ``float``; counts and epoch values that it
   reads as integers are ``int``.
+
+One long module on purpose: it is the whole grammar as data, one small node class per form, each with
+the ``render`` that writes it back.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ It must give the same results as the Spark compilation of the same AST, and, whe
 ``error_handling.missing_field_behavior == "passthrough"``, the same results as the StreamForge
 runtime (rahulbsw/streamforge ``src/filter/`` and ``src/filter_parser.rs``), quirks included.
 No Django, no pyspark, no third-party imports: the Spark driver imports this on cluster nodes.
+One long module on purpose: it is one concept, the reference semantics of every DSL form, and a
+form's evaluation reads best next to the shared path, number-text and error rules it uses.
 
 Units: record timestamps and ``now_ms`` are epoch **milliseconds**; ``TIMESTAMP_AGE``,
 ``ADD:``/``SUBTRACT:`` arguments are **seconds**.

@@ -24,6 +24,8 @@ leading ``/`` or with empty segments (``/``, ``/a//b``, ``/a/``), empty key/head
 trailing arguments StreamForge silently ignored, empty ``STRING:SPLIT`` delimiters, non-finite
 numbers where a number is produced, and regular expressions that Python ``re`` rejects or whose
 meaning differs between Python, Java (Spark) and Rust (StreamForge) -- see :func:`check_regex`.
+
+One long module on purpose: it is one grammar, and its splitting rules depend on each other.
 """
 
 from __future__ import annotations

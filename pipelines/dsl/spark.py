@@ -26,6 +26,9 @@ Session requirement: :data:`REQUIRED_SPARK_CONF` (duplicate JSON object keys: th
 as in Python's ``json``); the driver applies it when it builds the session.
 
 No Django here: the Spark driver imports this on cluster nodes.
+One long module on purpose: it mirrors the evaluator form by form, and each form's compilation reads
+best beside the shared column representation it builds on (split by form, the agreement would be harder
+to check).
 """
 
 from __future__ import annotations

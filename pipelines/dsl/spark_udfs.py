@@ -11,7 +11,7 @@ Forms compiled to a UDF (everything else in :mod:`pipelines.dsl.spark` is built-
   string: StreamForge (Rust) skips an empty match right after a previous match, Java does not.
 
 The UDFs are Arrow-optimized when pandas and pyarrow are installed, else plain pickled Python
-UDFs (both are batched; ``python -m pipelines.dsl.bench_udf`` measures their cost).
+UDFs (both are batched; ``python -m bench.dsl_udfs`` measures their cost).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 /* The pipeline editor: DSL inputs validated as you type (debounced POST to /api/dsl/validate/, the error
  * shown with a caret at its position), destinations added and removed (inputs renumbered so their names
- * stay dotted spec paths without holes), and the dry-run panel, which posts the whole form (the DRAFT) with
- * the sample messages and shows each message's outcome per destination. */
+ * stay dotted spec paths without holes), and the dry-run panel: the whole form (the DRAFT) with the sample
+ * messages goes to the page's dry-run-request endpoint, which answers with the draft spec and the messages
+ * (or the form's errors by field); those go to the REST dry run (POST /api/dsl/dry-run/, the one dry run
+ * the API and the editor share), and each message's outcome per destination is shown. */
 "use strict";
 
 (function () {
@@ -190,10 +192,37 @@
       .then(function (r) { return r.json().then(function (body) { return { ok: r.ok, body: body }; }); });
   }
 
+  // The REST API's errors by field ({"spec.destinations.0.filter": [...]}, nested lists and objects from
+  // its serializers) as the editor shows them: a flat path per message, spec paths without "spec.".
+  function restErrors(body, prefix, into) {
+    if (Array.isArray(body) && body.every(function (m) { return typeof m === "string"; })) {
+      into[prefix || "request"] = body;
+    } else if (body && typeof body === "object") {
+      Object.keys(body).forEach(function (key) {
+        const path = prefix ? prefix + "." + key : key;
+        restErrors(body[key], path.replace(/^spec\./, ""), into);
+      });
+    } else {
+      into[prefix || "request"] = [String(body)];
+    }
+    return into;
+  }
+
+  function dryRun(request) {
+    return fetch(form.dataset.dryRunUrl, {
+      method: "POST", credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRFToken": csrf },
+      body: JSON.stringify(request),
+    }).then(function (r) { return r.json().then(function (body) { return { ok: r.ok, body: body }; }); });
+  }
+
   document.getElementById("dry-run-button").addEventListener("click", function () {
     output.textContent = "Running…";
-    post(form.dataset.dryRunUrl).then(function (answer) {
-      if (answer.ok) showResults(answer.body.results); else showErrors(answer.body.errors || { request: ["failed"] });
+    post(form.dataset.dryRunRequestUrl).then(function (answer) {
+      if (!answer.ok) { showErrors(answer.body.errors || { request: ["failed"] }); return null; }
+      return dryRun(answer.body).then(function (run) {
+        if (run.ok) showResults(run.body.results); else showErrors(restErrors(run.body, "", {}));
+      });
     }).catch(function (e) { showErrors({ request: [String(e)] }); });
   });
 

@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from access.models import AuditEvent, Role
-from pipelines import editor, pages, progress
+from pipelines import editor, progress, selectors
 from pipelines.models import (
     Alert,
     AlertSeverity,
@@ -220,7 +220,7 @@ def test_the_overview_figures_come_from_the_stored_progress(admin_user, pipeline
         pipeline=pipeline, rule="DLQBacklog", severity=AlertSeverity.WARNING, summary="42 dead letters",
         value=42, started_at=at, last_seen_at=at,
     )  # fmt: skip
-    [row] = pages.overview_rows(admin_user, now_ms=now)
+    [row] = selectors.overview_rows(admin_user, now_ms=now)
     window = progress.RATE_WINDOW_SECONDS
     assert row.figures == {
         "consumed_per_second": 600 / window,  # the batch two minutes ago is outside the window
@@ -351,7 +351,11 @@ def test_the_draft_dry_run_uses_the_unsaved_form(viewer, pipeline):
         '{"type": "WatchEvent", "actor": {"login": "octo"}}\n{"type": "PushEvent", "actor": {}}\nnot json'
     )
     data = form_post(spec, name="github", messages=messages)
-    response = logged_in(viewer).post("/pipelines/draft/dry-run/", data)
+    client = logged_in(viewer)
+    # As the editor's script does: the form as a dry-run request, then the REST dry run of it.
+    dry_run_request = client.post("/pipelines/draft/dry-run-request/", data)
+    assert dry_run_request.status_code == 200, dry_run_request.json()
+    response = client.post("/api/dsl/dry-run/", dry_run_request.json(), content_type="application/json")
     assert response.status_code == 200, response.json()
     outcomes = [[d["outcome"] for d in r["destinations"]] for r in response.json()["results"]]
     assert outcomes == [
@@ -365,7 +369,7 @@ def test_the_draft_dry_run_uses_the_unsaved_form(viewer, pipeline):
 def test_the_draft_dry_run_returns_spec_errors_by_field(viewer):
     data = form_post(github_spec(), messages='{"a": 1}')
     data["destinations.0.transform"] = "EXTRACT:"
-    response = logged_in(viewer).post("/pipelines/draft/dry-run/", data)
+    response = logged_in(viewer).post("/pipelines/draft/dry-run-request/", data)
     assert response.status_code == 400
     assert list(response.json()["errors"]) == ["destinations.0.transform"]
 

@@ -20,7 +20,7 @@ from access.models import AuditEvent, Role
 from pipelines import supervision
 from pipelines.models import DesiredState, Pipeline, PipelineRun, PipelineState
 from pipelines.services import create_pipeline
-from pipelines.supervision import backoff_seconds, judge_exit
+from pipelines.supervision import backoff_seconds, judge_exit, launcher, reconciler
 from pipelines.topics import TopicPlan
 from tests.factories import member
 from tests.pipelines.conftest import github_spec
@@ -82,7 +82,7 @@ def supervised(settings, tmp_path, monkeypatch, team):
     behaviour = {"name": "crash"}
     real_command = supervision.driver_command
     monkeypatch.setattr(
-        supervision,
+        launcher,
         "driver_command",
         lambda run, spec_file: [
             sys.executable,
@@ -220,7 +220,7 @@ def test_two_workers_starting_one_pipeline_at_once_launch_one_driver(team, monke
     pipeline = create_pipeline(actor=admin, name="racy", team=team, spec=github_spec())
     Pipeline.objects.filter(pk=pipeline.pk).update(desired_state=DesiredState.RUNNING)
     launched = []
-    monkeypatch.setattr(supervision, "_launch", lambda run, workdir: launched.append(run.run_id))
+    monkeypatch.setattr(launcher, "_launch", lambda run, workdir: launched.append(run.run_id))
     barrier = threading.Barrier(2)
     results = []
 
@@ -266,7 +266,7 @@ def test_a_pipeline_marked_running_without_any_run_is_healed_and_started(team, m
     Pipeline.objects.filter(pk=pipeline.pk).update(
         desired_state=DesiredState.RUNNING, state=PipelineState.RUNNING
     )
-    monkeypatch.setattr(supervision, "_launch", lambda run, workdir: None)
+    monkeypatch.setattr(launcher, "_launch", lambda run, workdir: None)
     supervision.reconcile()
     assert PipelineRun.objects.get(pipeline=pipeline).state == PipelineState.STARTING
     assert _state(pipeline) == PipelineState.STARTING
@@ -284,9 +284,9 @@ def test_a_driver_is_not_judged_silent_while_redis_could_not_hold_its_heartbeats
     supervision.reconcile()  # launches the driver, which never beats
     run = PipelineRun.objects.get(pipeline=pipeline)
     later = timezone.now() + timedelta(seconds=60)
-    real_redis = supervision._redis
+    real_redis = reconciler._redis
     unreachable = {"now": True}
-    supervision._redis = lambda: None if unreachable["now"] else real_redis()
+    reconciler._redis = lambda: None if unreachable["now"] else real_redis()
     try:
         supervision.reconcile(now=later)
         run.refresh_from_db()
@@ -304,4 +304,4 @@ def test_a_driver_is_not_judged_silent_while_redis_could_not_hold_its_heartbeats
         run.refresh_from_db()
         assert (run.state, run.error_type) == (PipelineState.RESTARTING, "Stale")
     finally:
-        supervision._redis = real_redis
+        reconciler._redis = real_redis

@@ -1,6 +1,6 @@
 """Running the real driver as a child process against the test broker and Redis, and reading what it wrote.
 
-``Record`` and ``consume_all`` live in ``pipelines.accounting`` (the fault-injection run uses them too) and
+``Record`` and ``consume_all`` live in ``chaos.accounting`` (the fault-injection run uses them too) and
 are re-exported here for the tests.
 
 Used by the end-to-end tests and by the throughput benchmark; nothing here is a stand-in: the driver is the
@@ -24,7 +24,7 @@ from typing import Any
 import redis
 from confluent_kafka import Producer
 
-from pipelines.accounting import consume_all
+from chaos.accounting import consume_all
 from streamforge_core import contract as c
 from streamforge_core.kafka import KafkaConnection, Record, producer_config
 

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from django.conf import settings
 
-from pipelines import accounting
+from chaos import accounting
 from pipelines.dsl import Message
 from pipelines.services import dry_run
 from pipelines.spec import parse_spec
@@ -258,7 +258,7 @@ def test_a_killed_driver_restarts_from_its_checkpoint_without_losing_a_record(
     )
     assert driver.stop() == c.EXIT_STOPPED
 
-    # The shared accounting (pipelines.accounting) checks the identity record by record, as `make chaos` does.
+    # The shared accounting (chaos.accounting) checks the identity record by record, as `make chaos` does.
     parsed = parse_spec(spec, pipeline_name=driver.pipeline)
     committed = mode == "effectively_once"
     source_records = consume_all(kafka_bootstrap, source)

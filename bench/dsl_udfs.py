@@ -1,6 +1,6 @@
 """Measure what the UDF-compiled DSL forms cost next to a built-in one.
 
-Run: ``python -m pipelines.dsl.bench_udf [rows]`` (default 200,000 generated rows, local[2]).
+Run: ``python -m bench.dsl_udfs [rows]`` (default 200,000 generated rows, local[2]).
 Prints rows/s for a built-in form (``HASH:SHA256``) and each UDF form (``HASH:MURMUR64``,
 ``HASH:MURMUR128``, ``STRING:REGEX_REPLACE`` with an empty-matching pattern in passthrough mode,
 ``CACHE_LOOKUP`` against an in-memory store).
@@ -68,7 +68,7 @@ def main(rows: int) -> None:
         started = time.perf_counter()
         parsed.select(F.sum(F.length(out.value))).collect()
         elapsed = time.perf_counter() - started
-        print(f"{label:50s} {rows / elapsed:12,.0f} rows/s")  # noqa: T201 - a command-line tool prints
+        print(f"{label:50s} {rows / elapsed:12,.0f} rows/s")
     spark.stop()
 
 

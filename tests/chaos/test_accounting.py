@@ -1,11 +1,11 @@
-"""The accounting identity's pure logic (pipelines.accounting): expectations from the evaluator and the
+"""The accounting identity's pure logic (chaos.accounting): expectations from the evaluator and the
 size rule, outputs indexed by lineage, and the verdict: lost, duplicates, reroutes, wrong outcomes."""
 
 from __future__ import annotations
 
 import json
 
-from pipelines import accounting
+from chaos import accounting
 from pipelines.spec import parse_spec
 from streamforge_core import contract as c
 from streamforge_core.kafka import Record

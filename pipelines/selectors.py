@@ -1,0 +1,115 @@
+"""Read queries behind the pipeline pages: the pipelines a user may see, the overview's rows, revision
+history, runs with their driver log tail, dead-lettered records by error type. Views call these and render.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import QuerySet
+
+from access.permissions import AnyUser, visible_teams
+from pipelines import progress
+from pipelines.backlog import parked_backlog
+from pipelines.broadcast import LiveFigures
+from pipelines.models import ACTIVE_STATES, Alert, MetricSample, Pipeline, PipelineRevision, PipelineRun
+from pipelines.supervision import read_log_tail
+
+
+def visible_pipelines(user: AnyUser) -> QuerySet[Pipeline]:
+    """The pipelines of the user's teams (every pipeline for admins), by name, with team and revision."""
+    return (
+        Pipeline.objects.filter(team__in=visible_teams(user))
+        .select_related("team", "current_revision")
+        .order_by("name")
+    )
+
+
+@dataclass(frozen=True)
+class OverviewRow:
+    """One pipeline on the overview: its states, ``figures`` (rates, lag, worst partition, dead-lettered
+    total, see ``broadcast.LiveFigures``), the alerts firing now (rule, severity, summary) and its DLQ
+    backlog: dead letters parked in the console, waiting for an operator (``pipelines.backlog``)."""
+
+    name: str
+    team: str
+    state: str
+    desired_state: str
+    state_reason: str
+    revision: int | None
+    figures: LiveFigures
+    alerts: list[dict[str, str]]
+    dlq_backlog: int
+
+    def as_json(self) -> dict[str, Any]:
+        """The row as JSON (what ``/pipelines/overview.json`` returns after a reconnect)."""
+        return {
+            "name": self.name,
+            "team": self.team,
+            "state": self.state,
+            "desired_state": self.desired_state,
+            "state_reason": self.state_reason,
+            "revision": self.revision,
+            "figures": self.figures,
+            "alerts": self.alerts,
+            "dlq_backlog": self.dlq_backlog,
+        }
+
+
+def overview_rows(user: AnyUser, *, now_ms: int | None = None) -> list[OverviewRow]:
+    """Every pipeline the user may see, with its live figures, firing alerts and DLQ backlog, by name."""
+    now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    pipelines = list(visible_pipelines(user))
+    firing: dict[int, list[dict[str, str]]] = {}
+    for alert in Alert.objects.filter(pipeline__in=pipelines, resolved_at=None).order_by("rule"):
+        firing.setdefault(alert.pipeline_id, []).append(
+            {"rule": alert.rule, "severity": alert.severity, "summary": alert.summary}
+        )
+    backlog = parked_backlog([p.pk for p in pipelines])
+    return [
+        OverviewRow(
+            name=p.name,
+            team=p.team.name,
+            state=p.state,
+            desired_state=p.desired_state,
+            state_reason=p.state_reason,
+            revision=p.current_revision.number if p.current_revision else None,
+            figures=progress.live_figures(pipeline_id=p.pk, now_ms=now_ms),
+            alerts=firing.get(p.pk, []),
+            dlq_backlog=backlog.get(p.pk, 0),
+        )
+        for p in pipelines
+    ]
+
+
+def revisions(pipeline: Pipeline, *, limit: int = 50) -> Sequence[PipelineRevision]:
+    """The pipeline's newest revisions first, with their authors."""
+    return list(pipeline.revisions.select_related("author").order_by("-number")[:limit])
+
+
+def run_log_tail(run: PipelineRun) -> str:
+    """The end of a run's driver log: kept on the row once the run has ended; read from the log file
+    while it is active (when this process can see that file, i.e. on the worker's host)."""
+    if run.log_tail or run.state not in ACTIVE_STATES:
+        return run.log_tail
+    return read_log_tail(run.log_path)
+
+
+def recent_runs(pipeline: Pipeline, *, limit: int = 20) -> list[tuple[PipelineRun, str]]:
+    """The pipeline's newest runs with each one's log tail."""
+    runs = pipeline.runs.select_related("revision").order_by("-started_at", "-id")[:limit]
+    return [(run, run_log_tail(run)) for run in runs]
+
+
+def dead_lettered_by_type(pipeline: Pipeline, *, since_ms: int) -> dict[str, int]:
+    """Records dead-lettered since ``since_ms`` (epoch ms), by StreamForge error type, largest first."""
+    counts: Counter[str] = Counter()
+    rows = MetricSample.objects.filter(pipeline=pipeline, time_ms__gte=since_ms, dead_lettered__gt=0)
+    for by_type in rows.values_list("dead_lettered_by_type", flat=True):
+        for error_type, count in (by_type or {}).items():
+            counts[str(error_type)] += int(count)
+    return dict(counts.most_common())

@@ -1,0 +1,87 @@
+"""The driver's operating-system process as seen from the worker that launched it: the children this
+process launched, whether a run's pid is alive here, signalling and killing its process group, and the tail
+of its log file. Liveness is judged from the pid only on the host that launched the driver; elsewhere the
+heartbeat (which carries host and pid) is the evidence (see ``reconciler``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import psutil
+
+from pipelines.models import PipelineRun
+
+#: Drivers launched by this process, by pid: polled by ``reconcile`` so an exited child is reaped (not left
+#: a zombie that still "has" a pid) and its exit code is known even without an exit report.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+LOG_TAIL_LINES = 60
+LOG_TAIL_BYTES = 64 * 1024
+
+
+def _hostname() -> str:
+    return socket.gethostname()
+
+
+def _signal_process(pid: int, signum: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signum)
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the driver's whole session group (JVM and Python workers included); gone is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    child = _children.pop(pid, None)
+    if child is not None:
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            _children[pid] = child
+
+
+def _alive(run: PipelineRun) -> bool | None:
+    """Whether the run's driver process exists: None when it cannot be told from here (another host)."""
+    if run.host != _hostname():
+        return None
+    if run.pid is None:
+        return False
+    child = _children.get(run.pid)
+    if child is not None:
+        return child.poll() is None
+    try:
+        process = psutil.Process(run.pid)
+        if run.process_started_at is not None and abs(process.create_time() - run.process_started_at) > 1:
+            return False  # the pid was reused by another process
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _exit_code_of_child(pid: int | None) -> int | None:
+    if pid is None:
+        return None
+    child = _children.get(pid)
+    return child.poll() if child is not None else None
+
+
+def read_log_tail(path: str) -> str:
+    """The last ``LOG_TAIL_LINES`` lines (at most ``LOG_TAIL_BYTES``) of a driver log; "" when the file
+    is missing or unreadable here (the log lives on the host that launched the driver)."""
+    if not path:
+        return ""
+    try:
+        with Path(path).open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - LOG_TAIL_BYTES))
+            data = handle.read()
+    except OSError:
+        return ""
+    return "\n".join(data.decode("utf-8", "replace").splitlines()[-LOG_TAIL_LINES:])

@@ -1,0 +1,241 @@
+"""The reconcile tick that keeps actual state following desired state: it records heartbeats, ends runs
+whose driver died (its pid is gone, or it exited), went silent (no heartbeat for
+``DRIVER_HEARTBEAT_STALE_SECONDS``; none within ``DRIVER_START_TIMEOUT_SECONDS`` of its launch) or overstayed
+a stop, stops drivers no longer wanted and starts the pipelines that should run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, cast
+
+import redis
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from pipelines.models import ACTIVE_STATES, DesiredState, Pipeline, PipelineRun, PipelineState
+from pipelines.supervision.exits import _end_run
+from pipelines.supervision.launcher import start_pipeline, stop_pipeline
+from pipelines.supervision.processes import (
+    _alive,
+    _children,
+    _exit_code_of_child,
+    _hostname,
+    _kill_group,
+    read_log_tail,
+)
+from pipelines.supervision.status import _status
+from streamforge_core import contract as c
+from streamforge_core import redis_client
+
+log = logging.getLogger("pipelines.supervision")
+
+
+def _exit_report(run: PipelineRun, client: redis.Redis | None) -> dict[str, Any] | None:
+    """The driver's own account of how it ended: the Redis exit key, else the log's last exit line."""
+    if client is not None:
+        try:
+            raw = cast("bytes | None", client.get(c.exit_key(run.pipeline.name, str(run.run_id))))
+            if raw:
+                return dict(json.loads(raw))
+        except redis.RedisError as exc:
+            log.warning("could not read the exit report of %s: %s", run.run_id, exc)
+    for line in reversed(read_log_tail(run.log_path).splitlines()):
+        if line.startswith(c.EXIT_REASON_MARKER):
+            try:
+                return dict(json.loads(line[len(c.EXIT_REASON_MARKER) :]))
+            except ValueError:
+                return None
+    return None
+
+
+@dataclass
+class ReconcileReport:
+    """What one reconcile tick did, by pipeline name."""
+
+    started: list[str] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)
+    stopping: list[str] = field(default_factory=list)
+    running: list[str] = field(default_factory=list)
+
+
+def _redis() -> redis.Redis | None:
+    try:
+        client = redis_client.connect(settings.REDIS_URL)
+        client.ping()
+        return client
+    except redis.RedisError as exc:
+        log.warning("reconcile without heartbeats, Redis is unreachable: %s", exc)
+        return None
+
+
+def _read_heartbeat(run: PipelineRun, client: redis.Redis | None) -> dict[str, Any] | None:
+    if client is None:
+        return None
+    try:
+        raw = cast("bytes | None", client.get(c.heartbeat_key(run.pipeline.name)))
+    except redis.RedisError:
+        return None
+    if not raw:
+        return None
+    beat = dict(json.loads(raw))
+    return beat if beat.get("run_id") == str(run.run_id) else None
+
+
+def _note_heartbeat(run: PipelineRun, beat: dict[str, Any]) -> None:
+    at = datetime.fromtimestamp(beat["time_ms"] / 1000, tz=timezone.get_current_timezone())
+    fields: dict[str, Any] = {"last_heartbeat_at": at, "spark_app_id": beat.get("app_id") or run.spark_app_id}
+    PipelineRun.objects.filter(pk=run.pk).update(**fields)
+    run.last_heartbeat_at = at
+    if run.state == PipelineState.STARTING:
+        promoted = PipelineRun.objects.filter(pk=run.pk, state=PipelineState.STARTING).update(
+            state=PipelineState.RUNNING
+        )
+        if promoted == 1:
+            Pipeline.objects.filter(pk=run.pipeline_id, state=PipelineState.STARTING).update(
+                state=PipelineState.RUNNING
+            )
+            run.state = PipelineState.RUNNING
+            run.pipeline.state = PipelineState.RUNNING
+            _status(run.pipeline, run)
+
+
+#: Redis key holding when supervision first saw this Redis (epoch seconds). Set only if absent, so a Redis
+#: that restarted empty (its heartbeats gone with it) gets a fresh value: see ``_heartbeats_readable_since``.
+HEARTBEAT_EPOCH_KEY = "streamforge:supervision:heartbeats-since"
+
+
+def _heartbeats_readable_since(client: redis.Redis | None, now: datetime) -> datetime | None:
+    """Since when heartbeats could be read from Redis: the moment a reconcile first saw this Redis, or None
+    when Redis does not answer. A driver cannot be judged silent for a time in which its heartbeats could
+    not be written (Redis down) or were lost (Redis restarted empty)."""
+    if client is None:
+        return None
+    try:
+        client.set(HEARTBEAT_EPOCH_KEY, str(now.timestamp()), nx=True)
+        raw = cast("bytes | None", client.get(HEARTBEAT_EPOCH_KEY))
+    except redis.RedisError:
+        return None
+    if raw is None:
+        return None
+    return datetime.fromtimestamp(float(raw), tz=now.tzinfo)
+
+
+def _check_run(
+    run: PipelineRun,
+    client: redis.Redis | None,
+    now: datetime,
+    report: ReconcileReport,
+    heartbeats_since: datetime | None = None,
+) -> None:
+    name = run.pipeline.name
+    alive = _alive(run)
+    beat = _read_heartbeat(run, client) if alive is not False else None
+    if beat is not None:
+        _note_heartbeat(run, beat)
+    if alive is False:
+        exit_report = _exit_report(run, client)
+        code = _exit_code_of_child(run.pid)
+        exit_code: int | None
+        if exit_report is not None:
+            exit_code = int(exit_report.get("exit_code", code if code is not None else c.EXIT_CRASHED))
+            error_type, message = str(exit_report.get("error_type", "")), str(exit_report.get("message", ""))
+        elif code is not None and code < 0:
+            exit_code, error_type = code, "Killed"
+            message = f"the driver was killed by signal {-code} ({signal.Signals(-code).name})"
+        else:
+            exit_code, error_type = code, "Lost"
+            message = "the driver process ended without an exit report"
+        if _end_run(run, exit_code=exit_code, error_type=error_type, message=message):
+            report.ended.append(name)
+        return
+    if run.state == PipelineState.STOPPING:
+        requested = run.stop_requested_at or now
+        if (now - requested).total_seconds() > settings.DRIVER_STOP_TIMEOUT_SECONDS:
+            if run.pid is not None and run.host == _hostname():
+                _kill_group(run.pid)
+            seconds = settings.DRIVER_STOP_TIMEOUT_SECONDS
+            if _end_run(
+                run,
+                exit_code=-signal.SIGKILL,
+                error_type="StopTimeout",
+                message=f"killed: the driver did not stop within {seconds}s of being asked",
+            ):
+                report.ended.append(name)
+        else:
+            report.stopping.append(name)
+        return
+    if heartbeats_since is None:
+        # Redis does not answer: a missing heartbeat proves nothing (the pid check above still ends dead
+        # drivers). Killing here would turn a Redis outage into a restart of every healthy pipeline.
+        report.running.append(name)
+        return
+    silent_for = (now - max(run.last_heartbeat_at or run.started_at, heartbeats_since)).total_seconds()
+    limit = (
+        settings.DRIVER_HEARTBEAT_STALE_SECONDS
+        if run.last_heartbeat_at is not None
+        else settings.DRIVER_START_TIMEOUT_SECONDS
+    )
+    if silent_for > limit:
+        if run.pid is not None and run.host == _hostname():
+            _kill_group(run.pid)
+        what = "heartbeat" if run.last_heartbeat_at is not None else "first heartbeat"
+        if _end_run(
+            run, exit_code=None, error_type="Stale", message=f"no {what} for {round(silent_for)}s: killed"
+        ):
+            report.ended.append(name)
+        return
+    report.running.append(name)
+
+
+def reconcile(*, now: datetime | None = None) -> ReconcileReport:
+    """One supervision tick (the beat runs it every ``RECONCILE_SECONDS``): record heartbeats, end runs
+    whose driver died, went silent or overstayed a stop, stop drivers no longer wanted, and start the
+    pipelines that should run and have no driver (once their restart backoff has passed)."""
+    report = ReconcileReport()
+    for pid, child in list(_children.items()):
+        if (
+            child.poll() is not None
+            and not PipelineRun.objects.filter(pid=pid, state__in=ACTIVE_STATES).exists()
+        ):
+            _children.pop(pid, None)
+    client = _redis()
+    now = now or timezone.now()
+    heartbeats_since = _heartbeats_readable_since(client, now)
+    for run in PipelineRun.objects.filter(state__in=ACTIVE_STATES).select_related("pipeline"):
+        _check_run(run, client, now, report, heartbeats_since)
+    unwanted = PipelineRun.objects.filter(
+        state__in=(PipelineState.STARTING, PipelineState.RUNNING),
+        pipeline__desired_state=DesiredState.STOPPED,
+    ).values_list("pipeline_id", flat=True)
+    for pipeline_id in list(unwanted):
+        if stop_pipeline(pipeline_id=pipeline_id) is not None:
+            report.stopping.append(str(pipeline_id))
+    Pipeline.objects.filter(desired_state=DesiredState.STOPPED, state=PipelineState.RESTARTING).update(
+        state=PipelineState.STOPPED, next_restart_at=None
+    )
+    # A state that claims a driver while no run is active (a run row removed by hand, a lost update): heal it
+    # so the pipeline can be started again instead of waiting forever.
+    orphaned = Pipeline.objects.filter(state__in=ACTIVE_STATES).exclude(runs__state__in=ACTIVE_STATES)
+    orphaned.filter(desired_state=DesiredState.RUNNING).update(
+        state=PipelineState.RESTARTING, next_restart_at=None, state_reason="no active run found"
+    )
+    orphaned.filter(desired_state=DesiredState.STOPPED).update(state=PipelineState.STOPPED)
+    due = (
+        Pipeline.objects.filter(desired_state=DesiredState.RUNNING)
+        .filter(
+            Q(state=PipelineState.STOPPED)
+            | Q(Q(next_restart_at__isnull=True) | Q(next_restart_at__lte=now), state=PipelineState.RESTARTING)
+        )
+        .exclude(runs__state__in=ACTIVE_STATES)
+        .exclude(current_revision=None)
+    )
+    for pipeline in list(due):
+        if start_pipeline(pipeline_id=pipeline.pk, now=now) is not None:
+            report.started.append(pipeline.name)
+    return report
