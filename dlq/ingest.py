@@ -43,6 +43,7 @@ from dlq import broadcast, headers
 from dlq.grouping import group_key, normalize_message
 from dlq.models import DeadLetter, DlqTopic, FailureGroup, GroupHourlyCount, Replay, ReplayState
 from pipelines.models import Pipeline
+from pipelines.spec import SpecError
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +64,19 @@ def dlq_topics() -> dict[str, TopicOwner]:
     """Every DLQ topic to read: each pipeline's current ``dlq.topic``, plus the registered DlqTopic rows
     (which win where both name a topic, as an admin registered them deliberately)."""
     owners: dict[str, TopicOwner] = {}
-    for pipeline in Pipeline.objects.select_related("current_revision").exclude(current_revision=None):
+    pipelines = Pipeline.objects.select_related("current_revision__pipeline").exclude(current_revision=None)
+    for pipeline in pipelines:
         assert pipeline.current_revision is not None
-        topic = (pipeline.current_revision.spec.get("dlq") or {}).get("topic")
+        topic: str | None
+        try:
+            topic = pipeline.current_revision.parsed.dlq.topic
+        except SpecError:
+            # Validated when stored; should the rules have tightened since, its running job still writes
+            # this DLQ topic, so it is still read.
+            log.warning(
+                "revision %s no longer validates; reading its stored DLQ topic", pipeline.current_revision
+            )
+            topic = (pipeline.current_revision.spec.get("dlq") or {}).get("topic")
         if topic:
             owners[str(topic)] = TopicOwner(pipeline.team_id, pipeline.pk, pipeline.name)
     for extra in DlqTopic.objects.select_related("pipeline"):

@@ -13,9 +13,9 @@ from django.conf import settings
 
 from dlq.ingest import Ingester
 from dlq.models import DeadLetter, Replay, ReplayState, Status
-from streamforge_core import contract as c
 from pipelines.spec import parse_spec
 from pipelines.topics import ensure_topics
+from streamforge_core import contract as c
 from tests.dlq.conftest import api_for, missing_size_push
 from tests.pipelines.spark.harness import DriverProcess, consume_all, produce
 
