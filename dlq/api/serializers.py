@@ -211,6 +211,13 @@ class RunbookWriteSerializer(serializers.Serializer[dict[str, Any]]):
     actions = serializers.ListField(child=serializers.ChoiceField(RunbookAction.values), default=list)
 
 
+class TrendPointSerializer(serializers.Serializer[dict[str, Any]]):
+    """Arrivals of a failure group in one hour (``hour``: the hour's start, ISO-8601)."""
+
+    hour = serializers.CharField()
+    count = serializers.IntegerField()
+
+
 class FailureGroupSerializer(serializers.ModelSerializer[FailureGroup]):
     """A failure group with its total count, parked count, hourly trend (last 24 h) and runbooks."""
 
@@ -236,11 +243,13 @@ class FailureGroupSerializer(serializers.ModelSerializer[FailureGroup]):
             "runbooks",
         ]
 
+    @extend_schema_field(TrendPointSerializer(many=True))
     def get_trend(self, obj: FailureGroup) -> list[dict[str, Any]]:
         """``[{"hour": iso, "count": n}]`` for the last 24 hours that had arrivals."""
         trends: dict[int, list[dict[str, Any]]] = self.context.get("trends", {})
         return trends.get(obj.pk, [])
 
+    @extend_schema_field(RunbookSerializer(many=True))
     def get_runbooks(self, obj: FailureGroup) -> list[dict[str, Any]]:
         """The runbooks for this group (attached to it or to its error type)."""
         return RunbookSerializer(runbooks_for(obj), many=True).data  # type: ignore[return-value]
@@ -257,6 +266,16 @@ class BulkCreateSerializer(serializers.Serializer[dict[str, Any]]):
     dry_run = serializers.BooleanField(default=False)
 
 
+class BulkProgressSerializer(serializers.Serializer[dict[str, Any]]):
+    """A bulk action's counts so far and the fraction done (0..1; 1 when it selected nothing)."""
+
+    total = serializers.IntegerField()
+    processed = serializers.IntegerField()
+    succeeded = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    fraction = serializers.FloatField()
+
+
 class BulkPreviewSerializer(serializers.Serializer[BulkPreview]):
     """``POST /api/dlq/bulk/`` with ``dry_run``: parked messages the filter selects, per team name, and
     whether creating the action would wait for an approver (more than ``approval_threshold``)."""
@@ -267,9 +286,29 @@ class BulkPreviewSerializer(serializers.Serializer[BulkPreview]):
     approval_threshold = serializers.IntegerField()
 
 
+class BulkFiltersSerializer(serializers.Serializer[dict[str, Any]]):
+    """The message filter of a bulk action, as stored: only the fields that were set (see
+    ``dlq.filters.MessageFilter``)."""
+
+    pipeline = serializers.CharField(required=False)
+    error_type = serializers.CharField(required=False)
+    group = serializers.IntegerField(required=False)
+    status = serializers.ChoiceField(Status.choices, required=False)
+    topic = serializers.CharField(required=False)
+    since = serializers.CharField(required=False, help_text="ISO-8601; last failure at or after")
+    until = serializers.CharField(required=False, help_text="ISO-8601; last failure before")
+    q = serializers.CharField(required=False, help_text="key prefix or error message substring")
+
+
+@extend_schema_field(BulkFiltersSerializer)
+class BulkFiltersField(serializers.JSONField):
+    """A bulk action's stored filter, returned as stored (``BulkFiltersSerializer`` documents its shape)."""
+
+
 class BulkSerializer(serializers.ModelSerializer[BulkAction]):
     """A bulk action with its progress."""
 
+    filters = BulkFiltersField(read_only=True)
     created_by = serializers.CharField(source="created_by.username")
     team = serializers.CharField(source="team.name", allow_null=True, default=None)
     progress = serializers.SerializerMethodField()
@@ -298,6 +337,7 @@ class BulkSerializer(serializers.ModelSerializer[BulkAction]):
             "runs",
         ]
 
+    @extend_schema_field(BulkProgressSerializer)
     def get_progress(self, obj: BulkAction) -> dict[str, Any]:
         """Counts and the fraction done."""
         return obj.progress()
