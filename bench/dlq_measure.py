@@ -272,6 +272,7 @@ def bulk_replay_rate(bootstrap: str, *, records: int, world: dict[str, Any]) -> 
     from dlq.filters import MessageFilter
     from dlq.ingest import TopicOwner, store_batch
     from dlq.models import BulkState
+    from dlq.services import bulk as bulk_actions
     from streamforge_core import contract as c
     from streamforge_core.kafka import Record
 
@@ -298,8 +299,8 @@ def bulk_replay_rate(bootstrap: str, *, records: int, world: dict[str, Any]) -> 
             ]  # fmt: skip
             store_batch(batch, owners)
         queued: list[int] = []
-        original = services._enqueue
-        services._enqueue = lambda bulk: queued.append(bulk.pk)  # run it here
+        original = bulk_actions.enqueue_bulk
+        bulk_actions.enqueue_bulk = lambda bulk: queued.append(bulk.pk)  # run it here
         try:
             bulk = services.create_bulk(
                 actor=world["operator"],
@@ -311,7 +312,7 @@ def bulk_replay_rate(bootstrap: str, *, records: int, world: dict[str, Any]) -> 
             if bulk.state == BulkState.AWAITING_APPROVAL:
                 services.approve(actor=world["admin"], approval=bulk.approvals.get())
         finally:
-            services._enqueue = original
+            bulk_actions.enqueue_bulk = original
         started = time.perf_counter()
         done = services.run_bulk(bulk_id=bulk.pk)
         elapsed = time.perf_counter() - started

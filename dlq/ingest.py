@@ -26,7 +26,6 @@ from datetime import UTC, datetime
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
-from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -34,7 +33,9 @@ from django.utils import timezone
 from dlq import broadcast, headers
 from dlq.grouping import group_key, normalize_message
 from dlq.models import DeadLetter, DlqTopic, FailureGroup, GroupHourlyCount, Replay, ReplayState
+from pipelines.connections import default_kafka
 from pipelines.models import Pipeline
+from pipelines.spec import SpecError
 from streamforge_core.kafka import KafkaConnection, Record, admin_config, consumer_config
 
 log = logging.getLogger(__name__)
@@ -56,9 +57,19 @@ def dlq_topics() -> dict[str, TopicOwner]:
     """Every DLQ topic to read: each pipeline's current ``dlq.topic``, plus the registered DlqTopic rows
     (which win where both name a topic, as an admin registered them deliberately)."""
     owners: dict[str, TopicOwner] = {}
-    for pipeline in Pipeline.objects.select_related("current_revision").exclude(current_revision=None):
+    pipelines = Pipeline.objects.select_related("current_revision__pipeline").exclude(current_revision=None)
+    for pipeline in pipelines:
         assert pipeline.current_revision is not None
-        topic = (pipeline.current_revision.spec.get("dlq") or {}).get("topic")
+        topic: str | None
+        try:
+            topic = pipeline.current_revision.parsed.dlq.topic
+        except SpecError:
+            # Validated when stored; should the rules have tightened since, its running job still writes
+            # this DLQ topic, so it is still read.
+            log.warning(
+                "revision %s no longer validates; reading its stored DLQ topic", pipeline.current_revision
+            )
+            topic = (pipeline.current_revision.spec.get("dlq") or {}).get("topic")
         if topic:
             owners[str(topic)] = TopicOwner(pipeline.team_id, pipeline.pk, pipeline.name)
     for extra in DlqTopic.objects.select_related("pipeline"):
@@ -320,7 +331,7 @@ class Ingester:
         refresh_seconds: float = 10.0,
         on_batch: Callable[[BatchResult], None] | None = None,
     ) -> None:
-        self.kafka = KafkaConnection(bootstrap_servers or settings.KAFKA_BOOTSTRAP_SERVERS)
+        self.kafka = KafkaConnection(bootstrap_servers) if bootstrap_servers else default_kafka()
         self.group_id = group_id
         self.instance_id = instance_id if instance_id is not None else f"dlq-ingest-{socket.gethostname()}"
         self.batch_size = batch_size

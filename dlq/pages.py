@@ -167,39 +167,41 @@ def filter_choices(user: AnyUser) -> dict[str, list[str]]:
 # ------------------------------------------------------------------------------------------ message
 
 
-def hex_dump(data: bytes, *, limit: int = 64 * 1024) -> str:
-    """Offset, 16 bytes in hex, and their printable ASCII, a line per 16 bytes (at most ``limit`` bytes)."""
-    lines = []
-    for i in range(0, min(len(data), limit), 16):
-        chunk = data[i : i + 16]
-        text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
-        lines.append(f"{i:08x}  {chunk.hex(' '):<47}  |{text}|")
-    if len(data) > limit:
-        lines.append(f"... {len(data) - limit:,} more bytes")
-    return "\n".join(lines)
+@dataclass(frozen=True)
+class PayloadView:
+    """A key or payload as the page's tabs show it: ``pretty`` (indented JSON; empty unless ``encoding`` is
+    ``json``), ``raw`` (the bytes as UTF-8 text) and ``hex`` (``services.hex_dump``); ``encoding`` and
+    ``size`` as ``services.render_bytes`` found them; ``masked`` when sensitive paths are hidden;
+    ``default_tab`` is the tab shown first (``pretty``, ``raw`` or ``hex``)."""
+
+    encoding: str
+    size: int
+    pretty: str
+    raw: str
+    hex: str
+    masked: bool
+    default_tab: str
 
 
-def payload_views(data: bytes | None, *, masked_paths: list[str]) -> dict[str, Any]:
-    """A key or payload as the page's tabs show it: ``pretty`` (indented JSON, or the text, or the hex),
-    ``raw`` (the bytes as UTF-8 text) and ``hex``; ``encoding`` says which ``dlq.services.render_bytes``
-    found. Where paths are masked (viewers), raw and hex are of the masked JSON too, so no tab shows what
-    the pretty view hides."""
+def payload_views(data: bytes | None, *, masked_paths: list[str]) -> PayloadView:
+    """A key or payload for the page's tabs (see ``PayloadView``). Where paths are masked (viewers), raw and
+    hex are of the masked JSON too, so no tab shows what the pretty view hides."""
     rendered = services.render_bytes(data, masked_paths=masked_paths)
-    default_tab = {"json": "pretty", "hex": "hex"}.get(rendered["encoding"], "raw")
     if data is None:
-        return {**rendered, "pretty": "", "raw": "", "hex": "", "masked": False, "default_tab": "raw"}
+        return PayloadView(rendered.encoding, rendered.size, "", "", "", masked=False, default_tab="raw")
     shown = data
-    masked = bool(masked_paths) and rendered["encoding"] == "json"
+    masked = bool(masked_paths) and rendered.encoding == "json"
     if masked:
-        shown = json.dumps(json.loads(rendered["text"]), separators=(",", ":"), ensure_ascii=False).encode()
-    return {
-        **rendered,
-        "pretty": rendered["text"],
-        "raw": shown.decode("utf-8", errors="replace"),
-        "hex": hex_dump(shown),
-        "masked": masked,
-        "default_tab": default_tab,
-    }
+        shown = json.dumps(json.loads(rendered.text), separators=(",", ":"), ensure_ascii=False).encode()
+    return PayloadView(
+        encoding=rendered.encoding,
+        size=rendered.size,
+        pretty=rendered.text,
+        raw=shown.decode("utf-8", errors="replace"),
+        hex=services.hex_dump(shown),
+        masked=masked,
+        default_tab={"json": "pretty", "hex": "hex"}.get(rendered.encoding, "raw"),
+    )
 
 
 def editor_text(dead_letter: DeadLetter) -> tuple[str, str]:
@@ -207,10 +209,10 @@ def editor_text(dead_letter: DeadLetter) -> tuple[str, str]:
     else the original), indented when it is JSON."""
     value, _ = services.current_payload(dead_letter)
     rendered = services.render_bytes(value)
-    if rendered["encoding"] == "json":
-        return rendered["text"], "json"
-    if rendered["encoding"] == "text":
-        return rendered["text"], "text"
+    if rendered.encoding == "json":
+        return rendered.text, "json"
+    if rendered.encoding == "text":
+        return rendered.text, "text"
     return "", "text"  # binary: an operator types the replacement from scratch
 
 

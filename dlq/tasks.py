@@ -1,5 +1,6 @@
 """Celery tasks of the DLQ console: bulk actions and the housekeeping the beat runs. Thin: each calls
-``dlq.services``. A bulk task whose worker dies is redelivered (acks_late) and, failing that, resumed by
+``dlq.services``, which enqueues ``dlq.run_bulk`` by name (``services.bulk.RUN_BULK_TASK``) and never
+imports this module. A bulk task whose worker dies is redelivered (acks_late) and, failing that, resumed by
 ``resume_stale_bulks`` once its heartbeat is stale; the claim in ``services.run_bulk`` makes both safe."""
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from typing import Any
 from celery import shared_task
 
 from dlq import services
+from dlq.services.bulk import RUN_BULK_TASK
 
 
-@shared_task(name="dlq.run_bulk", acks_late=True)
+@shared_task(name=RUN_BULK_TASK, acks_late=True)
 def run_bulk(bulk_id: int) -> dict[str, Any]:
     """Run (or take over) one bulk action until it completes, is paused or cancelled."""
     bulk = services.run_bulk(bulk_id=bulk_id)
@@ -28,6 +30,6 @@ def resume_stale_bulks() -> list[int]:
 
 
 @shared_task(name="dlq.resolve_in_doubt")
-def resolve_in_doubt() -> dict[str, int]:
+def resolve_in_doubt() -> services.SettledReplays:
     """Settle single replays left PENDING by a crashed web or worker process."""
     return services.resolve_in_doubt()

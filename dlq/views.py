@@ -68,18 +68,17 @@ def message_list(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    """``/dlq/messages/<id>/``: everything ``services.inspect`` returns, the payload as pretty JSON / raw /
+    """``/dlq/messages/<id>/``: everything ``services.inspect_message`` returns, the payload as pretty JSON / raw /
     hex, the audit trail, and for operators the fix editor and replay / skip / delete-request buttons."""
     dead_letter = get_object_or_404(
         services.visible_dead_letters(request.user).select_related("team", "pipeline__current_revision"),
         pk=pk,
     )
-    info = services.inspect(user=request.user, dead_letter=dead_letter)
+    info = services.inspect_message(user=request.user, dead_letter=dead_letter)
     masked = services.masked_paths_for(request.user, dead_letter.team)
     roles = pages.roles_of(request.user)
     can_operate = roles.at_least(dead_letter.team_id, Role.OPERATOR)
     editor_text, editor_mode = pages.editor_text(dead_letter) if can_operate else ("", "text")
-    pending_delete = any(a["kind"] == "delete" and a["state"] == "pending" for a in info["approvals"])
     return render(
         request,
         "dlq/message.html",
@@ -93,14 +92,14 @@ def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
                 bytes(dead_letter.key) if dead_letter.key is not None else None, masked_paths=[]
             ),
             "revisions": [
-                (rev, diff_lines(rev["diff"])) for rev in reversed(info["payload_revisions"])
+                (rev, diff_lines(rev.diff)) for rev in reversed(info.payload_revisions)
             ],  # newest first
-            "audit": pages.audit_trail(dead_letter, [a["id"] for a in info["approvals"]]),
+            "audit": pages.audit_trail(dead_letter, [a.id for a in info.approvals]),
             "can_operate": can_operate,
             "parked": dead_letter.status == Status.PARKED,
             "can_request_delete": can_operate
             and dead_letter.status not in (Status.DELETED, Status.REPLAYING)
-            and not pending_delete,
+            and not info.has_pending_delete(),
             "editor_text": editor_text,
             "editor_mode": editor_mode,
         },

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, settings
 from rest_framework.authtoken.models import Token
 
 from access.models import Role
-from dlq import services as dlq_services
+from dlq.services import bulk as bulk_actions
 from pipelines.supervision import requests as supervision_requests
 from tests.dlq.conftest import github_spec
 from tests.factories import TeamFactory, member
@@ -30,7 +30,7 @@ def in_process(db, monkeypatch):
     """As Django's own test client does, requests do not close the database connection (the test's
     transaction lives on it), and Celery tasks are collected instead of sent."""
     monkeypatch.setattr(supervision_requests, "_after_commit_enqueue", lambda task_name, pipeline_id: None)
-    monkeypatch.setattr(dlq_services, "_enqueue", lambda bulk: None)
+    monkeypatch.setattr(bulk_actions, "enqueue_bulk", lambda bulk: None)
     request_started.disconnect(close_old_connections)
     request_finished.disconnect(close_old_connections)
     yield

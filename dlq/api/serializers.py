@@ -11,15 +11,38 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from dlq.models import (
+    ApprovalKind,
     ApprovalRequest,
+    ApprovalState,
     BulkAction,
     BulkKind,
     DeadLetter,
     DlqTopic,
     FailureGroup,
+    PayloadRevision,
+    ReplayState,
     Runbook,
     RunbookAction,
+    Status,
 )
+from dlq.services import (
+    ApprovalSummary,
+    BulkPreview,
+    DestinationOutcome,
+    DlqCoordinates,
+    DraftCheck,
+    FailedRevision,
+    MessageInspection,
+    PayloadCheck,
+    PayloadRevisionView,
+    ProducedAt,
+    RenderedBytes,
+    RenderedHeader,
+    ReplaySummary,
+    SourceCoordinates,
+    runbooks_for,
+)
+from pipelines.spec import DestinationConfig
 
 
 class DeadLetterListSerializer(serializers.ModelSerializer[DeadLetter]):
@@ -105,15 +128,6 @@ class CheckSerializer(serializers.Serializer[dict[str, Any]]):
         return _one_payload(attrs)
 
 
-class CheckResultSerializer(serializers.Serializer[dict[str, Any]]):
-    """What a fix with this payload would give: the DSL check, the diff against the original, and whether
-    it equals the current payload."""
-
-    check = serializers.DictField()
-    diff = serializers.CharField()
-    unchanged = serializers.BooleanField()
-
-
 class ReplaySerializer(serializers.Serializer[dict[str, Any]]):
     """``POST .../replay/``. ``idempotency_key`` (or the ``Idempotency-Key`` header) makes a retried request
     return the first one's replay instead of a conflict."""
@@ -197,6 +211,13 @@ class RunbookWriteSerializer(serializers.Serializer[dict[str, Any]]):
     actions = serializers.ListField(child=serializers.ChoiceField(RunbookAction.values), default=list)
 
 
+class TrendPointSerializer(serializers.Serializer[dict[str, Any]]):
+    """Arrivals of a failure group in one hour (``hour``: the hour's start, ISO-8601)."""
+
+    hour = serializers.CharField()
+    count = serializers.IntegerField()
+
+
 class FailureGroupSerializer(serializers.ModelSerializer[FailureGroup]):
     """A failure group with its total count, parked count, hourly trend (last 24 h) and runbooks."""
 
@@ -222,15 +243,15 @@ class FailureGroupSerializer(serializers.ModelSerializer[FailureGroup]):
             "runbooks",
         ]
 
+    @extend_schema_field(TrendPointSerializer(many=True))
     def get_trend(self, obj: FailureGroup) -> list[dict[str, Any]]:
         """``[{"hour": iso, "count": n}]`` for the last 24 hours that had arrivals."""
         trends: dict[int, list[dict[str, Any]]] = self.context.get("trends", {})
         return trends.get(obj.pk, [])
 
+    @extend_schema_field(RunbookSerializer(many=True))
     def get_runbooks(self, obj: FailureGroup) -> list[dict[str, Any]]:
         """The runbooks for this group (attached to it or to its error type)."""
-        from dlq.services import runbooks_for
-
         return RunbookSerializer(runbooks_for(obj), many=True).data  # type: ignore[return-value]
 
 
@@ -245,9 +266,49 @@ class BulkCreateSerializer(serializers.Serializer[dict[str, Any]]):
     dry_run = serializers.BooleanField(default=False)
 
 
+class BulkProgressSerializer(serializers.Serializer[dict[str, Any]]):
+    """A bulk action's counts so far and the fraction done (0..1; 1 when it selected nothing)."""
+
+    total = serializers.IntegerField()
+    processed = serializers.IntegerField()
+    succeeded = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    fraction = serializers.FloatField()
+
+
+class BulkPreviewSerializer(serializers.Serializer[BulkPreview]):
+    """``POST /api/dlq/bulk/`` with ``dry_run``: parked messages the filter selects, per team name, and
+    whether creating the action would wait for an approver (more than ``approval_threshold``)."""
+
+    count = serializers.IntegerField()
+    teams = serializers.DictField(child=serializers.IntegerField())
+    needs_approval = serializers.BooleanField()
+    approval_threshold = serializers.IntegerField()
+
+
+class BulkFiltersSerializer(serializers.Serializer[dict[str, Any]]):
+    """The message filter of a bulk action, as stored: only the fields that were set (see
+    ``dlq.filters.MessageFilter``)."""
+
+    pipeline = serializers.CharField(required=False)
+    error_type = serializers.CharField(required=False)
+    group = serializers.IntegerField(required=False)
+    status = serializers.ChoiceField(Status.choices, required=False)
+    topic = serializers.CharField(required=False)
+    since = serializers.CharField(required=False, help_text="ISO-8601; last failure at or after")
+    until = serializers.CharField(required=False, help_text="ISO-8601; last failure before")
+    q = serializers.CharField(required=False, help_text="key prefix or error message substring")
+
+
+@extend_schema_field(BulkFiltersSerializer)
+class BulkFiltersField(serializers.JSONField):
+    """A bulk action's stored filter, returned as stored (``BulkFiltersSerializer`` documents its shape)."""
+
+
 class BulkSerializer(serializers.ModelSerializer[BulkAction]):
     """A bulk action with its progress."""
 
+    filters = BulkFiltersField(read_only=True)
     created_by = serializers.CharField(source="created_by.username")
     team = serializers.CharField(source="team.name", allow_null=True, default=None)
     progress = serializers.SerializerMethodField()
@@ -276,6 +337,7 @@ class BulkSerializer(serializers.ModelSerializer[BulkAction]):
             "runs",
         ]
 
+    @extend_schema_field(BulkProgressSerializer)
     def get_progress(self, obj: BulkAction) -> dict[str, Any]:
         """Counts and the fraction done."""
         return obj.progress()
@@ -301,3 +363,186 @@ class DlqTopicCreateSerializer(serializers.Serializer[dict[str, Any]]):
     team = serializers.CharField()
     pipeline = serializers.CharField(required=False, allow_blank=True, default="")
     description = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+# ------------------------------------------------------------------------------------------ inspection
+
+
+class RenderedBytesSerializer(serializers.Serializer[RenderedBytes]):
+    """A key or value as the console shows it: pretty JSON (masked paths replaced), text, a hex dump
+    (offset, 16 bytes in hex, their ASCII) or nothing; ``size`` in bytes."""
+
+    encoding = serializers.ChoiceField(["json", "text", "hex", "null"])
+    text = serializers.CharField()
+    size = serializers.IntegerField()
+
+
+class RenderedHeaderSerializer(serializers.Serializer[RenderedHeader]):
+    """A Kafka header: ``value`` as text, or as plain hex digits when not UTF-8, or null."""
+
+    name = serializers.CharField()
+    encoding = serializers.ChoiceField(["text", "hex", "null"])
+    value = serializers.CharField(allow_null=True)
+
+
+class DlqCoordinatesSerializer(serializers.Serializer[DlqCoordinates]):
+    """Where the dead letter was read from."""
+
+    topic = serializers.CharField()
+    partition = serializers.IntegerField()
+    offset = serializers.IntegerField()
+    timestamp = serializers.DateTimeField(allow_null=True)
+
+
+class SourceCoordinatesSerializer(serializers.Serializer[SourceCoordinates]):
+    """The record that failed, as the DLQ headers name it (empty / null when they do not)."""
+
+    topic = serializers.CharField()
+    partition = serializers.IntegerField(allow_null=True)
+    offset = serializers.IntegerField(allow_null=True)
+
+
+class FailedDestinationSerializer(serializers.Serializer[DestinationConfig]):
+    """A destination as configured in the revision that failed the message (DSL expressions as text)."""
+
+    name = serializers.CharField()
+    topic = serializers.CharField()
+    filter = serializers.CharField(allow_null=True)
+    transform = serializers.CharField(allow_null=True)
+    key_transform = serializers.CharField(allow_null=True)
+    headers = serializers.DictField(child=serializers.CharField())
+    header_transforms = serializers.DictField(child=serializers.CharField())
+    timestamp = serializers.CharField()
+
+
+class FailedRevisionSerializer(serializers.Serializer[FailedRevision]):
+    """The pipeline revision that dead-lettered the message and the failing destination in it."""
+
+    number = serializers.IntegerField()
+    destination = FailedDestinationSerializer(allow_null=True)
+
+
+class DestinationOutcomeSerializer(serializers.Serializer[DestinationOutcome]):
+    """What one destination would do with the payload."""
+
+    destination = serializers.CharField()
+    topic = serializers.CharField()
+    outcome = serializers.ChoiceField(["produced", "filtered", "dead_lettered"])
+    error_type = serializers.CharField(allow_null=True)
+    error_message = serializers.CharField(allow_null=True)
+
+
+class PayloadCheckSerializer(serializers.Serializer[PayloadCheck]):
+    """The DSL check of a payload against a pipeline revision. An empty object when there was nothing to
+    check against (a foreign DLQ's message, or a pipeline without a revision), hence no required field."""
+
+    would_pass = serializers.BooleanField(required=False)
+    revision = serializers.IntegerField(required=False)
+    destinations = DestinationOutcomeSerializer(many=True, required=False)
+
+
+def _check_json(check: PayloadCheck | None) -> dict[str, Any]:
+    """A check as the API shows it: ``{}`` when there is none."""
+    return PayloadCheckSerializer(check).data if check is not None else {}
+
+
+class CheckResultSerializer(serializers.Serializer[DraftCheck]):
+    """What a fix with this payload would give: the DSL check, the diff against the original, and whether
+    it equals the current payload."""
+
+    check = serializers.SerializerMethodField()
+    diff = serializers.CharField()
+    unchanged = serializers.BooleanField()
+
+    @extend_schema_field(PayloadCheckSerializer)
+    def get_check(self, obj: DraftCheck) -> dict[str, Any]:
+        """The check, ``{}`` when there is nothing to check against."""
+        return _check_json(obj.check)
+
+
+class FixResultSerializer(serializers.Serializer[PayloadRevision]):
+    """A stored fix: its revision number, its diff against the previous payload, and its DSL check."""
+
+    payload_revision = serializers.IntegerField(source="number")
+    diff = serializers.CharField()
+    check = serializers.SerializerMethodField()
+
+    @extend_schema_field(PayloadCheckSerializer)
+    def get_check(self, obj: PayloadRevision) -> dict[str, Any]:
+        """The check stored with the fix, ``{}`` when there was nothing to check against."""
+        return _check_json(PayloadCheck.from_json(obj.dsl_check))
+
+
+class PayloadRevisionViewSerializer(serializers.Serializer[PayloadRevisionView]):
+    """One stored fix of the message (diffs masked for viewers)."""
+
+    number = serializers.IntegerField()
+    author = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    reason = serializers.CharField()
+    value = RenderedBytesSerializer()
+    diff = serializers.CharField()
+    check = serializers.SerializerMethodField()
+
+    @extend_schema_field(PayloadCheckSerializer)
+    def get_check(self, obj: PayloadRevisionView) -> dict[str, Any]:
+        """The check stored with the fix, ``{}`` when there was nothing to check against."""
+        return _check_json(obj.check)
+
+
+class ProducedAtSerializer(serializers.Serializer[ProducedAt]):
+    """Where a replayed record landed."""
+
+    partition = serializers.IntegerField(allow_null=True)
+    offset = serializers.IntegerField()
+
+
+class ReplaySummarySerializer(serializers.Serializer[ReplaySummary]):
+    """One replay attempt of the message and its outcome."""
+
+    replay_id = serializers.CharField()
+    state = serializers.ChoiceField(ReplayState.choices)
+    target_topic = serializers.CharField()
+    requested_by = serializers.CharField()
+    requested_at = serializers.DateTimeField()
+    produced = ProducedAtSerializer(allow_null=True)
+    error = serializers.CharField()
+    bulk = serializers.IntegerField(allow_null=True)
+
+
+class ApprovalSummarySerializer(serializers.Serializer[ApprovalSummary]):
+    """An approval request about the message."""
+
+    id = serializers.IntegerField()
+    kind = serializers.ChoiceField(ApprovalKind.choices)
+    state = serializers.ChoiceField(ApprovalState.choices)
+    requested_by = serializers.CharField()
+
+
+class MessageInspectionSerializer(serializers.Serializer[MessageInspection]):
+    """``GET /api/dlq/messages/<id>/``: everything about one dead letter (``dlq.services.inspect_message``).
+    Values at ``STREAMFORGE_DLQ_MASKED_PATHS`` are masked for viewers, in diffs too."""
+
+    id = serializers.IntegerField()
+    status = serializers.ChoiceField(Status.choices)
+    dlq = DlqCoordinatesSerializer()
+    source = SourceCoordinatesSerializer()  # type: ignore[assignment]  # the JSON key; DRF pops declared fields
+    pipeline = serializers.CharField()
+    team = serializers.CharField()
+    convention = serializers.CharField()
+    error_type = serializers.CharField()
+    error_message = serializers.CharField()
+    destination = serializers.CharField()
+    revision = FailedRevisionSerializer(allow_null=True)
+    attempts = serializers.IntegerField()
+    first_failed_at = serializers.DateTimeField()
+    last_failed_at = serializers.DateTimeField()
+    group = serializers.IntegerField()
+    headers = RenderedHeaderSerializer(many=True)
+    key = RenderedBytesSerializer()
+    value = RenderedBytesSerializer()
+    payload_revisions = PayloadRevisionViewSerializer(many=True)
+    replays = ReplaySummarySerializer(many=True)
+    replay_of = serializers.IntegerField(allow_null=True)
+    later_failures = serializers.ListField(child=serializers.IntegerField())
+    approvals = ApprovalSummarySerializer(many=True)

@@ -27,6 +27,7 @@ from dlq import services
 from dlq.api.serializers import (
     ApprovalSerializer,
     BulkCreateSerializer,
+    BulkPreviewSerializer,
     BulkSerializer,
     CheckResultSerializer,
     CheckSerializer,
@@ -34,7 +35,9 @@ from dlq.api.serializers import (
     DlqTopicCreateSerializer,
     DlqTopicSerializer,
     FailureGroupSerializer,
+    FixResultSerializer,
     FixSerializer,
+    MessageInspectionSerializer,
     OptionalReasonSerializer,
     ReasonSerializer,
     ReplayResultSerializer,
@@ -129,12 +132,13 @@ class DeadLetterViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[DeadLe
         page = self.paginate_queryset(queryset)
         return self.get_paginated_response(DeadLetterListSerializer(page, many=True).data)
 
-    @extend_schema(responses={200: dict})
+    @extend_schema(responses={200: MessageInspectionSerializer})
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        """Everything about one dead letter (``dlq.services.inspect``)."""
-        return Response(services.inspect(user=request.user, dead_letter=self._dead_letter(kwargs["pk"])))
+        """Everything about one dead letter (``dlq.services.inspect_message``)."""
+        info = services.inspect_message(user=request.user, dead_letter=self._dead_letter(kwargs["pk"]))
+        return Response(MessageInspectionSerializer(info).data)
 
-    @extend_schema(request=FixSerializer, responses={201: dict})
+    @extend_schema(request=FixSerializer, responses={201: FixResultSerializer})
     @action(detail=True, methods=["post"])
     def fix(self, request: Request, pk: str) -> Response:
         """Store a fixed payload and say whether the pipeline would now pass it, and where to."""
@@ -146,10 +150,7 @@ class DeadLetterViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[DeadLe
             value=serializer.validated_data["value"],
             reason=serializer.validated_data["reason"],
         )
-        return Response(
-            {"payload_revision": revision.number, "diff": revision.diff, "check": revision.dsl_check},
-            status=status.HTTP_201_CREATED,
-        )
+        return Response(FixResultSerializer(revision).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=CheckSerializer, responses={200: CheckResultSerializer})
     @action(detail=True, methods=["post"])
@@ -305,7 +306,7 @@ class BulkViewSet(ServiceErrorsMixin, mixins.CreateModelMixin, viewsets.ReadOnly
             "created_by", "team"
         )
 
-    @extend_schema(request=BulkCreateSerializer, responses={202: BulkSerializer, 200: dict})
+    @extend_schema(request=BulkCreateSerializer, responses={202: BulkSerializer, 200: BulkPreviewSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Preview (``dry_run``) or create a bulk action."""
         serializer = BulkCreateSerializer(data=request.data)
@@ -316,7 +317,8 @@ class BulkViewSet(ServiceErrorsMixin, mixins.CreateModelMixin, viewsets.ReadOnly
         except FilterError as exc:
             return Response({f"filters.{exc.field}": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
         if data["dry_run"]:
-            return Response(services.preview_bulk(actor=request.user, selection=selection))  # type: ignore[arg-type]
+            preview = services.preview_bulk(actor=request.user, selection=selection)  # type: ignore[arg-type]
+            return Response(BulkPreviewSerializer(preview).data)
         bulk = services.create_bulk(
             actor=request.user,  # type: ignore[arg-type]
             kind=data["kind"],

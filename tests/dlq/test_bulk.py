@@ -14,7 +14,10 @@ from django.db import connection
 
 from access.models import AuditEvent
 from dlq import services
+from dlq.filters import MessageFilter
 from dlq.models import BulkAction, BulkState, DeadLetter, Status
+from dlq.services import bulk as bulk_actions
+from dlq.services import kafka_io, replays
 from streamforge_core import contract as c
 from tests.dlq.conftest import api_for
 from tests.pipelines.spark.harness import consume_all
@@ -27,7 +30,7 @@ def queued(monkeypatch):
     """Bulk actions that would go to a Celery worker are collected instead; the test runs them itself, in
     a thread, exactly as the task would (``dlq.tasks.run_bulk`` only calls ``services.run_bulk``)."""
     ids: list[int] = []
-    monkeypatch.setattr(services, "_enqueue", lambda bulk: ids.append(bulk.pk))
+    monkeypatch.setattr(bulk_actions, "enqueue_bulk", lambda bulk: ids.append(bulk.pk))
     return ids
 
 
@@ -174,7 +177,7 @@ def test_a_bulk_replay_whose_worker_died_is_taken_over_without_replaying_anythin
         bulk = services.create_bulk(
             actor=people["operator"],
             kind="replay",
-            selection=services.MessageFilter(pipeline=pipeline.name),
+            selection=MessageFilter(pipeline=pipeline.name),
             reason="after the outage",
             rate_limit=0,
         )
@@ -198,7 +201,7 @@ def test_a_bulk_replay_whose_worker_died_is_taken_over_without_replaying_anythin
                     dead_letter=row, bulk=bulk, target_topic=source, requested_by=people["operator"]
                 )
             )
-        services._produce([services._replay_record(landed, claims[0], bytes(landed.value), "olga")])
+        kafka_io.produce([replays.replay_record(landed, claims[0], bytes(landed.value), "olga")])
 
         assert services.stale_bulk_ids() == [bulk.pk]
         done = services.run_bulk(bulk_id=bulk.pk)

@@ -17,6 +17,7 @@ from django.utils import timezone
 from access.models import AuditEvent
 from dlq import markdown, services
 from dlq.models import DeadLetter, PayloadRevision, Status
+from dlq.services import bulk as bulk_actions
 from pipelines.services import create_pipeline
 from tests.dlq.conftest import github_spec, missing_size_push
 
@@ -299,7 +300,7 @@ def test_the_bulk_form_is_offered_to_operators_prefilled_from_the_query(people, 
 def test_a_bulk_actions_buttons_follow_its_state_and_the_users_role(people, parked, pipeline, monkeypatch):
     from dlq.filters import MessageFilter
 
-    monkeypatch.setattr(services, "_enqueue", lambda bulk: None)  # no worker: it stays queued
+    monkeypatch.setattr(bulk_actions, "enqueue_bulk", lambda bulk: None)  # no worker: it stays queued
     bulk = services.create_bulk(
         actor=people["operator"],
         kind="skip",

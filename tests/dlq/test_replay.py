@@ -13,6 +13,7 @@ from django.db import connection
 from dlq import services
 from dlq.ingest import TopicOwner, store_batch
 from dlq.models import DeadLetter, Replay, ReplayState, Status
+from dlq.services import kafka_io, replays
 from streamforge_core import contract as c
 from streamforge_core.kafka import Record
 from tests.dlq.conftest import api_for, missing_size_push
@@ -141,8 +142,8 @@ def test_replays_left_in_doubt_by_a_crash_are_settled_from_the_target_topic(
         claims.append(
             Replay.objects.create(dead_letter=row, target_topic=source_topic, requested_by=operator)
         )
-    out = services._replay_record(landed, claims[0], bytes(landed.value), "olga")
-    services._produce([out])  # the first one reached the broker before the crash, the second did not
+    out = replays.replay_record(landed, claims[0], bytes(landed.value), "olga")
+    kafka_io.produce([out])  # the first one reached the broker before the crash, the second did not
     assert out.error == ""
     assert services.resolve_in_doubt(older_than_seconds=0) == {"produced": 1, "failed": 1}
     claims[0].refresh_from_db()
@@ -184,4 +185,6 @@ def test_a_replayed_record_that_fails_again_is_linked_to_its_earlier_failure(
     assert second.replay_of_id == first.pk
     attempt.refresh_from_db()
     assert attempt.state == ReplayState.FAILED_AGAIN
-    assert services.inspect(user=people["viewer"], dead_letter=first)["later_failures"] == [second.pk]
+    assert list(services.inspect_message(user=people["viewer"], dead_letter=first).later_failures) == [
+        second.pk
+    ]

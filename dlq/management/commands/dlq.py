@@ -151,7 +151,7 @@ class Command(BaseCommand):
                 raise CommandError(
                     "say who is looking with --as <username> (payload masking depends on the role)"
                 )
-            self._print(services.inspect(user=actor, dead_letter=row))
+            self._print(asdict(services.inspect_message(user=actor, dead_letter=row)))
         elif command == "fix":
             rev = services.fix_payload(
                 actor=_user(o["actor"]),
@@ -203,7 +203,7 @@ class Command(BaseCommand):
             actor = _user(o["actor"])
             selection = _filters(o["filter"])
             if o["dry_run"]:
-                self._print(services.preview_bulk(actor=actor, selection=selection))
+                self._print(asdict(services.preview_bulk(actor=actor, selection=selection)))
                 return
             bulk = services.create_bulk(
                 actor=actor,

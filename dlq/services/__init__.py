@@ -1,0 +1,121 @@
+"""DLQ console operations: inspect, fix the payload, replay, skip, delete with approval, bulk actions, runbooks.
+
+Each mutation is one function with keyword-only arguments: it checks the caller's role in the dead
+letter's team, changes state through a guarded transition (a conditional UPDATE, so a double click or two
+workers cannot do a thing twice) and records one audit event per changed dead letter in the same
+transaction. Views, API viewsets, tasks and management commands call these and nothing else.
+
+One module per workflow; this package re-exports their public names, so ``services.replay(...)`` works:
+
+- ``inspection``: which dead letters a user sees, masking, the message inspection (``inspect_message``);
+- ``rendering``: keys, values and headers as the console shows them (JSON, text, the one hex dump);
+- ``fixes``: the DSL check of a payload, the draft check, storing a fix, payload diffs;
+- ``kafka_io``: the replay producer, producing records, finding replay ids on a topic;
+- ``replays``: the replay state machine (its protocol is in that module's docstring), settling replays
+  left in doubt, and skip;
+- ``approvals``: delete requests, approve and reject (four eyes);
+- ``bulk``: bulk replay and skip, their preview, pause / resume / cancel, and the runner;
+- ``admin``: extra DLQ topics and runbooks;
+- ``notify``: after-commit notifications of the console pages;
+- ``errors``: InvalidRequest (400), Conflict (409), ReplayFailed (503).
+"""
+
+from dlq.services.admin import delete_runbook, register_topic, runbooks_for, save_runbook
+from dlq.services.approvals import approve, reject, request_delete
+from dlq.services.bulk import (
+    BULK_RUNNABLE,
+    BulkPreview,
+    cancel_bulk,
+    create_bulk,
+    pause_bulk,
+    preview_bulk,
+    resume_bulk,
+    run_bulk,
+    stale_bulk_ids,
+)
+from dlq.services.errors import Conflict, InvalidRequest, ReplayFailed
+from dlq.services.fixes import (
+    DestinationOutcome,
+    DraftCheck,
+    PayloadCheck,
+    check_draft,
+    check_payload,
+    current_payload,
+    fix_payload,
+    payload_diff,
+)
+from dlq.services.inspection import (
+    ApprovalSummary,
+    DlqCoordinates,
+    FailedRevision,
+    MessageInspection,
+    PayloadRevisionView,
+    ProducedAt,
+    ReplaySummary,
+    SourceCoordinates,
+    inspect_message,
+    masked_paths_for,
+    visible_dead_letters,
+)
+from dlq.services.rendering import (
+    MASK,
+    RenderedBytes,
+    RenderedHeader,
+    decode_headers,
+    hex_dump,
+    render_bytes,
+    render_headers,
+)
+from dlq.services.replays import SettledReplays, replay, resolve_in_doubt, skip
+
+__all__ = [
+    "BULK_RUNNABLE",
+    "MASK",
+    "ApprovalSummary",
+    "BulkPreview",
+    "Conflict",
+    "DestinationOutcome",
+    "DlqCoordinates",
+    "DraftCheck",
+    "FailedRevision",
+    "InvalidRequest",
+    "MessageInspection",
+    "PayloadCheck",
+    "PayloadRevisionView",
+    "ProducedAt",
+    "RenderedBytes",
+    "RenderedHeader",
+    "ReplayFailed",
+    "ReplaySummary",
+    "SettledReplays",
+    "SourceCoordinates",
+    "approve",
+    "cancel_bulk",
+    "check_draft",
+    "check_payload",
+    "create_bulk",
+    "current_payload",
+    "decode_headers",
+    "delete_runbook",
+    "fix_payload",
+    "hex_dump",
+    "inspect_message",
+    "masked_paths_for",
+    "pause_bulk",
+    "payload_diff",
+    "preview_bulk",
+    "register_topic",
+    "reject",
+    "render_bytes",
+    "render_headers",
+    "replay",
+    "request_delete",
+    "resolve_in_doubt",
+    "resume_bulk",
+    "run_bulk",
+    "runbooks_for",
+    "save_runbook",
+    "skip",
+    "stale_bulk_ids",
+    "visible_dead_letters",
+]

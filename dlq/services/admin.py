@@ -1,0 +1,106 @@
+"""Console administration: the extra DLQ topics the ingester reads (Kafka Connect, Spring Kafka...) and the
+runbooks attached to failure groups or error types. Admin role."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.db.models import Q, QuerySet
+
+from access import audit
+from access.models import Role, Team
+from access.permissions import require_role
+from dlq.models import DlqTopic, FailureGroup, Runbook, RunbookAction
+from dlq.services.errors import InvalidRequest
+from pipelines.models import Pipeline
+
+
+def register_topic(
+    *, actor: User, topic: str, team: Team, pipeline: Pipeline | None = None, description: str = ""
+) -> DlqTopic:
+    """Have the ingester read an extra DLQ topic (e.g. one written by Kafka Connect or Spring Kafka) for
+    ``team``. Needs the admin role. Raises InvalidRequest for an empty or duplicate topic."""
+    require_role(actor, team, Role.ADMIN)
+    name = topic.strip()
+    if not name:
+        raise InvalidRequest("topic", "a topic name is required")
+    with transaction.atomic():
+        if DlqTopic.objects.filter(topic=name).exists():
+            raise InvalidRequest("topic", f"{name} is already registered")
+        row = DlqTopic.objects.create(
+            topic=name, team=team, pipeline=pipeline, description=description, created_by=actor
+        )
+        audit.record(
+            actor=actor,
+            action="dlq.topic_register",
+            target_type="dlq_topic",
+            target_id=name,
+            details={"team": team.name, "pipeline": pipeline.name if pipeline else None},
+        )
+    return row
+
+
+def save_runbook(
+    *,
+    actor: User,
+    team: Team,
+    title: str,
+    body: str,
+    actions: Sequence[str],
+    group: FailureGroup | None = None,
+    error_type: str = "",
+    runbook: Runbook | None = None,
+) -> Runbook:
+    """Create (or, with ``runbook``, update) a runbook attached to a failure group or an error type.
+    Needs the admin role. Raises InvalidRequest for unknown actions or no attachment."""
+    require_role(actor, team, Role.ADMIN)
+    unknown = sorted(set(actions) - set(RunbookAction.values))
+    if unknown:
+        raise InvalidRequest("actions", f"unknown action {unknown[0]}; use {', '.join(RunbookAction.values)}")
+    if group is None and not error_type.strip():
+        raise InvalidRequest("group", "attach the runbook to a failure group or an error type")
+    if group is not None and group.team_id != team.pk:
+        raise InvalidRequest("group", "the failure group belongs to another team")
+    if not title.strip():
+        raise InvalidRequest("title", "a title is required")
+    with transaction.atomic():
+        before = None
+        if runbook is None:
+            runbook = Runbook(team=team, created_by=actor)
+        else:
+            before = {"title": runbook.title, "body": runbook.body, "actions": runbook.actions}
+        runbook.title, runbook.body, runbook.actions = title.strip(), body, list(actions)
+        runbook.group, runbook.error_type = group, error_type.strip()
+        runbook.save()
+        audit.record(
+            actor=actor,
+            action="runbook.update" if before else "runbook.create",
+            target_type="runbook",
+            target_id=runbook.pk,
+            before=before,
+            after={"title": runbook.title, "body": runbook.body, "actions": runbook.actions},
+        )
+    return runbook
+
+
+def delete_runbook(*, actor: User, runbook: Runbook) -> None:
+    """Remove a runbook. Needs the admin role."""
+    require_role(actor, runbook.team, Role.ADMIN)
+    with transaction.atomic():
+        audit.record(
+            actor=actor,
+            action="runbook.delete",
+            target_type="runbook",
+            target_id=runbook.pk,
+            before={"title": runbook.title, "body": runbook.body, "actions": runbook.actions},
+        )
+        runbook.delete()
+
+
+def runbooks_for(group: FailureGroup) -> QuerySet[Runbook]:
+    """Runbooks for a failure group: attached to it, or to its error type in its team."""
+    return Runbook.objects.filter(
+        Q(group=group) | Q(group=None, error_type=group.error_type, team=group.team_id)
+    )

@@ -1,0 +1,21 @@
+"""Errors of the DLQ console operations; the API maps them to HTTP (``dlq.api.views.ServiceErrorsMixin``),
+the management command to a CommandError."""
+
+from __future__ import annotations
+
+
+class InvalidRequest(ValueError):
+    """Bad input for an operation (HTTP 400); ``field`` names the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")
+
+
+class Conflict(Exception):
+    """The dead letter, approval or bulk action is not in a state that allows this (HTTP 409)."""
+
+
+class ReplayFailed(Exception):
+    """The broker did not acknowledge the replayed record (HTTP 503); the dead letter is PARKED again."""

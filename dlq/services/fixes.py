@@ -1,0 +1,204 @@
+"""Fixing a parked message's payload: the DSL check of a payload against the pipeline's current revision,
+a draft check that stores nothing, storing a fix as a new payload revision, and the payload diffs.
+
+The original payload is never changed: each fix is a ``PayloadRevision``; a replay sends the newest one
+(``current_payload``).
+"""
+
+from __future__ import annotations
+
+import base64
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from django.contrib.auth.models import User
+from django.db import transaction
+
+from access import audit
+from access.models import Role
+from access.permissions import AnyUser, require_role
+from dlq import headers
+from dlq.models import DeadLetter, PayloadRevision, Status
+from dlq.services.errors import Conflict, InvalidRequest
+from dlq.services.rendering import decode_headers, render_bytes
+from pipelines.dsl import Message
+from pipelines.services import dry_run
+from pipelines.spec import SpecError
+
+
+@dataclass(frozen=True)
+class DestinationOutcome:
+    """What one destination of the pipeline would do with the payload: ``produced``, ``filtered`` or
+    ``dead_lettered`` (then with the error type and message it would be dead-lettered with)."""
+
+    destination: str
+    topic: str
+    outcome: Literal["produced", "filtered", "dead_lettered"]
+    error_type: str | None
+    error_message: str | None
+
+
+@dataclass(frozen=True)
+class PayloadCheck:
+    """The DSL check of a payload against revision ``revision`` of the pipeline: one outcome per
+    destination, in spec order; ``would_pass`` when no destination would dead-letter it. Stored on a
+    payload revision as ``to_json()``."""
+
+    would_pass: bool
+    revision: int
+    destinations: tuple[DestinationOutcome, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The check as stored in ``PayloadRevision.dsl_check`` (plain JSON types)."""
+        data = asdict(self)
+        data["destinations"] = list(data["destinations"])
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PayloadCheck | None:
+        """A stored ``PayloadRevision.dsl_check`` back as a check; None for the empty one stored when there
+        was nothing to check against (no pipeline, or no revision)."""
+        if not data:
+            return None
+        return cls(
+            would_pass=bool(data["would_pass"]),
+            revision=int(data["revision"]),
+            destinations=tuple(
+                DestinationOutcome(
+                    destination=d["destination"],
+                    topic=d["topic"],
+                    outcome=d["outcome"],
+                    error_type=d["error_type"],
+                    error_message=d["error_message"],
+                )
+                for d in data["destinations"]
+            ),
+        )
+
+    def dead_lettered(self) -> list[DestinationOutcome]:
+        """The destinations that would dead-letter the payload again."""
+        return [d for d in self.destinations if d.outcome == "dead_lettered"]
+
+
+@dataclass(frozen=True)
+class DraftCheck:
+    """What saving a draft payload as a fix would give: its DSL check (None when there is no pipeline
+    revision to check against), the diff against the original payload, and whether it equals the current
+    payload (a fix that changes nothing is refused)."""
+
+    check: PayloadCheck | None
+    diff: str
+    unchanged: bool
+
+
+def current_payload(dead_letter: DeadLetter) -> tuple[bytes | None, PayloadRevision | None]:
+    """The value a replay sends: the latest payload revision's (and that revision), else the original
+    (and None)."""
+    latest = dead_letter.payload_revisions.order_by("-number").first()
+    if latest is not None:
+        return bytes(latest.value), latest
+    return (bytes(dead_letter.value) if dead_letter.value is not None else None), None
+
+
+def payload_diff(old: bytes | None, new: bytes, *, masked_paths: Sequence[str] = ()) -> str:
+    """A unified diff of the two payloads as the console renders them (pretty JSON when they are JSON),
+    with ``masked_paths`` masked on both sides."""
+    before = render_bytes(old, masked_paths=masked_paths).text.splitlines(keepends=True)
+    after = render_bytes(new, masked_paths=masked_paths).text.splitlines(keepends=True)
+    return "".join(difflib.unified_diff(before, after, "original", "fixed"))
+
+
+def check_payload(*, dead_letter: DeadLetter, value: bytes) -> PayloadCheck | None:
+    """Would the pipeline's current revision now process this payload? Runs the record (new value,
+    original key, headers and timestamp) through the pure-Python evaluator, the same semantics the Spark
+    job has (property-tested). None when the dead letter has no pipeline (a foreign DLQ), the pipeline no
+    revision, or the revision no longer passes validation.
+    """
+    pipeline = dead_letter.pipeline
+    if pipeline is None or pipeline.current_revision is None:
+        return None
+    try:
+        spec = pipeline.current_revision.parsed
+    except SpecError:
+        return None
+    raw_headers = headers.original_headers(decode_headers(dead_letter.headers))
+    timestamp = int(dead_letter.dlq_timestamp.timestamp() * 1000) if dead_letter.dlq_timestamp else None
+    message = Message(
+        value=value,
+        key=bytes(dead_letter.key) if dead_letter.key is not None else None,
+        headers=tuple(raw_headers),
+        timestamp_ms=timestamp,
+    )
+    results = dry_run(spec=spec, messages=[message])[0]
+    return PayloadCheck(
+        would_pass=all(r.outcome != "dead_lettered" for r in results),
+        revision=pipeline.current_revision.number,
+        destinations=tuple(
+            DestinationOutcome(
+                destination=r.destination,
+                topic=r.topic,
+                outcome=r.outcome,
+                error_type=r.error_type,
+                error_message=r.error_message,
+            )
+            for r in results
+        ),
+    )
+
+
+def check_draft(*, actor: AnyUser, dead_letter: DeadLetter, value: bytes) -> DraftCheck:
+    """What saving ``value`` as a fix would give, without storing anything (see ``DraftCheck``). Needs the
+    operator role, like the fix it previews. Raises PermissionDenied."""
+    require_role(actor, dead_letter.team, Role.OPERATOR)
+    original = bytes(dead_letter.value) if dead_letter.value is not None else None
+    current, _ = current_payload(dead_letter)
+    return DraftCheck(
+        check=check_payload(dead_letter=dead_letter, value=value),
+        diff=payload_diff(original, value),
+        unchanged=current == value,
+    )
+
+
+def fix_payload(*, actor: User, dead_letter: DeadLetter, value: bytes, reason: str) -> PayloadRevision:
+    """Store a new payload revision (the original and earlier fixes are kept) with its diff against the
+    previous payload and the DSL check of the new one (``PayloadCheck.to_json()``, ``{}`` when there is
+    nothing to check against). Needs the operator role; the dead letter must be PARKED.
+    Raises InvalidRequest (no reason, payload unchanged), Conflict, PermissionDenied.
+    """
+    require_role(actor, dead_letter.team, Role.OPERATOR)
+    if not reason.strip():
+        raise InvalidRequest("reason", "say why the payload is changed")
+    with transaction.atomic():
+        locked = (
+            DeadLetter.objects.select_for_update()
+            .select_related("pipeline__current_revision")
+            .get(pk=dead_letter.pk)
+        )
+        if locked.status != Status.PARKED:
+            raise Conflict(f"dead letter {locked.pk} is {locked.status}; only parked messages can be fixed")
+        previous, latest = current_payload(locked)
+        if previous == value:
+            raise InvalidRequest("value", "the payload is unchanged")
+        check = check_payload(dead_letter=locked, value=value)
+        revision = PayloadRevision.objects.create(
+            dead_letter=locked,
+            number=(latest.number + 1) if latest else 1,
+            value=value,
+            diff=payload_diff(previous, value),
+            reason=reason.strip(),
+            author=actor,
+            dsl_check=check.to_json() if check is not None else {},
+        )
+        audit.record(
+            actor=actor,
+            action="dlq.fix",
+            target_type="dead_letter",
+            target_id=locked.pk,
+            reason=reason,
+            before=base64.b64encode(previous or b"").decode(),
+            after=base64.b64encode(value).decode(),
+            details={"payload_revision": revision.number, "would_pass": revision.dsl_check.get("would_pass")},
+        )
+    return revision

@@ -1,0 +1,244 @@
+"""Reading the parking lot: which dead letters a user may see, which payload paths are masked for them, and
+the message inspection (everything the message page and ``GET /api/dlq/messages/<id>/`` show) as typed
+results."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.db.models import QuerySet
+
+from access.models import Role, Team
+from access.permissions import AnyUser, is_admin, require_role, role_in, visible_teams
+from dlq.models import DeadLetter
+from dlq.services.fixes import PayloadCheck, payload_diff
+from dlq.services.rendering import (
+    RenderedBytes,
+    RenderedHeader,
+    decode_headers,
+    render_bytes,
+    render_headers,
+)
+from pipelines.spec import DestinationConfig, SpecError
+
+
+@dataclass(frozen=True)
+class DlqCoordinates:
+    """Where the dead letter was read: DLQ topic, partition, offset and the record's timestamp (None when
+    the broker gave none)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: datetime | None
+
+
+@dataclass(frozen=True)
+class SourceCoordinates:
+    """The record that failed, as the DLQ headers name it (empty topic and None when they do not)."""
+
+    topic: str
+    partition: int | None
+    offset: int | None
+
+
+@dataclass(frozen=True)
+class FailedRevision:
+    """The pipeline revision that dead-lettered the message and its destination as configured there
+    (None when the record names no destination the revision has, or the revision no longer parses)."""
+
+    number: int
+    destination: DestinationConfig | None
+
+
+@dataclass(frozen=True)
+class PayloadRevisionView:
+    """One stored fix: who, when, why, the payload, its diff against the previous payload (recomputed with
+    masking for viewers) and its DSL check when it was stored (None: nothing to check against)."""
+
+    number: int
+    author: str
+    created_at: datetime
+    reason: str
+    value: RenderedBytes
+    diff: str
+    check: PayloadCheck | None
+
+
+@dataclass(frozen=True)
+class ProducedAt:
+    """Where a replayed record landed on its target topic."""
+
+    partition: int | None
+    offset: int
+
+
+@dataclass(frozen=True)
+class ReplaySummary:
+    """One replay attempt: its id (a UUID string, also the record's replay-id header), state, target,
+    who asked when, where it landed (None until produced), the broker's error, and its bulk action id."""
+
+    replay_id: str
+    state: str
+    target_topic: str
+    requested_by: str
+    requested_at: datetime
+    produced: ProducedAt | None
+    error: str
+    bulk: int | None
+
+
+@dataclass(frozen=True)
+class ApprovalSummary:
+    """An approval request about the dead letter (``kind`` is ``delete`` here)."""
+
+    id: int
+    kind: str
+    state: str
+    requested_by: str
+
+
+@dataclass(frozen=True)
+class MessageInspection:
+    """Everything about one dead letter: the record (headers, key, value rendered), source coordinates,
+    the failure, the pipeline revision that failed it, payload revisions with diffs, replays and their
+    outcomes, later failures of replays (dead letter ids), the dead letter it is a replay of, and
+    approval requests. ``pipeline`` and ``team`` are names; ``group`` is the failure group id."""
+
+    id: int
+    status: str
+    dlq: DlqCoordinates
+    source: SourceCoordinates
+    pipeline: str
+    team: str
+    convention: str
+    error_type: str
+    error_message: str
+    destination: str
+    revision: FailedRevision | None
+    attempts: int
+    first_failed_at: datetime
+    last_failed_at: datetime
+    group: int
+    headers: tuple[RenderedHeader, ...]
+    key: RenderedBytes
+    value: RenderedBytes
+    payload_revisions: tuple[PayloadRevisionView, ...]
+    replays: tuple[ReplaySummary, ...]
+    replay_of: int | None
+    later_failures: tuple[int, ...]
+    approvals: tuple[ApprovalSummary, ...]
+
+    def has_pending_delete(self) -> bool:
+        """Whether a delete request about the dead letter waits for an approver."""
+        return any(a.kind == "delete" and a.state == "pending" for a in self.approvals)
+
+
+def visible_dead_letters(user: AnyUser) -> QuerySet[DeadLetter]:
+    """Dead letters of the teams the user may see (all for admins)."""
+    if is_admin(user):
+        return DeadLetter.objects.all()
+    return DeadLetter.objects.filter(team__in=visible_teams(user))
+
+
+def masked_paths_for(user: AnyUser, team: Team) -> list[str]:
+    """The JSON paths hidden from this user: ``STREAMFORGE_DLQ_MASKED_PATHS`` for viewers, none above."""
+    role = role_in(user, team)
+    if role is None or role == Role.VIEWER:
+        return list(settings.DLQ_MASKED_PATHS)
+    return []
+
+
+def _failed_revision(dead_letter: DeadLetter) -> FailedRevision | None:
+    if dead_letter.pipeline is None or dead_letter.revision is None:
+        return None
+    row = dead_letter.pipeline.revisions.filter(number=dead_letter.revision).first()
+    if row is None:
+        return None
+    try:
+        destinations = row.parsed.destinations
+    except SpecError:
+        destinations = ()
+    destination = next((d for d in destinations if d.name == dead_letter.destination), None)
+    return FailedRevision(number=row.number, destination=destination)
+
+
+def inspect_message(*, user: AnyUser, dead_letter: DeadLetter) -> MessageInspection:
+    """Everything the message page shows (see ``MessageInspection``).
+
+    Values at ``STREAMFORGE_DLQ_MASKED_PATHS`` are masked for viewers (also inside diffs).
+    Raises PermissionDenied when the user cannot see the dead letter's team.
+    """
+    require_role(user, dead_letter.team, Role.VIEWER)
+    masked = masked_paths_for(user, dead_letter.team)
+    original = bytes(dead_letter.value) if dead_letter.value is not None else None
+    revisions = []
+    previous = original
+    for rev in dead_letter.payload_revisions.select_related("author").order_by("number"):
+        value = bytes(rev.value)
+        revisions.append(
+            PayloadRevisionView(
+                number=rev.number,
+                author=rev.author.get_username(),
+                created_at=rev.created_at,
+                reason=rev.reason,
+                value=render_bytes(value, masked_paths=masked),
+                diff=payload_diff(previous, value, masked_paths=masked) if masked else rev.diff,
+                check=PayloadCheck.from_json(rev.dsl_check),
+            )
+        )
+        previous = value
+    replays = dead_letter.replays.select_related("requested_by").order_by("requested_at")
+    return MessageInspection(
+        id=dead_letter.pk,
+        status=dead_letter.status,
+        dlq=DlqCoordinates(
+            topic=dead_letter.dlq_topic,
+            partition=dead_letter.dlq_partition,
+            offset=dead_letter.dlq_offset,
+            timestamp=dead_letter.dlq_timestamp,
+        ),
+        source=SourceCoordinates(
+            topic=dead_letter.source_topic,
+            partition=dead_letter.source_partition,
+            offset=dead_letter.source_offset,
+        ),
+        pipeline=dead_letter.pipeline_name,
+        team=dead_letter.team.name,
+        convention=dead_letter.convention,
+        error_type=dead_letter.error_type,
+        error_message=dead_letter.error_message,
+        destination=dead_letter.destination,
+        revision=_failed_revision(dead_letter),
+        attempts=dead_letter.attempts,
+        first_failed_at=dead_letter.first_failed_at,
+        last_failed_at=dead_letter.last_failed_at,
+        group=dead_letter.group_id,
+        headers=tuple(render_headers(decode_headers(dead_letter.headers))),
+        key=render_bytes(bytes(dead_letter.key) if dead_letter.key is not None else None),
+        value=render_bytes(original, masked_paths=masked),
+        payload_revisions=tuple(revisions),
+        replays=tuple(
+            ReplaySummary(
+                replay_id=str(r.replay_id),
+                state=r.state,
+                target_topic=r.target_topic,
+                requested_by=r.requested_by.get_username(),
+                requested_at=r.requested_at,
+                produced=None
+                if r.produced_offset is None
+                else ProducedAt(partition=r.produced_partition, offset=r.produced_offset),
+                error=r.error,
+                bulk=r.bulk_id,
+            )
+            for r in replays
+        ),
+        replay_of=dead_letter.replay_of_id,
+        later_failures=tuple(dead_letter.later_failures.values_list("pk", flat=True)),
+        approvals=tuple(
+            ApprovalSummary(id=a.pk, kind=a.kind, state=a.state, requested_by=a.requested_by.get_username())
+            for a in dead_letter.approvals.select_related("requested_by")
+        ),
+    )

@@ -1,0 +1,141 @@
+"""The DLQ console's Kafka I/O: one idempotent producer per process, producing records and waiting for the
+broker's answer to each, and finding replay ids on a topic (how ``resolve_in_doubt`` learns whether a
+replay whose process died had landed)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from django.conf import settings
+
+from pipelines.connections import default_kafka
+from streamforge_core import contract as c
+from streamforge_core.kafka import Record, consumer_config, producer_config
+
+
+@dataclass
+class OutgoingRecord:
+    """One record to produce and, once the broker answered (``done``), where it landed (``partition``,
+    ``offset``) or why not (``error``, empty on success). ``produce`` fills in the answer."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    partition: int | None = None
+    offset: int | None = None
+    error: str = ""
+    done: bool = False
+
+
+_producer_lock = threading.Lock()
+_producer_state: dict[str, Any] = {}
+
+
+def producer() -> Producer:
+    """One idempotent producer per process (re-created after a fork). acks=all and idempotence make the
+    broker drop the duplicates its own retries would create; ``delivery.timeout.ms`` bounds how long a
+    record may still land after ``produce``, which is what lets ``resolve_in_doubt`` decide."""
+    with _producer_lock:
+        if _producer_state.get("pid") != os.getpid():
+            _producer_state["producer"] = Producer(
+                producer_config(
+                    default_kafka(),
+                    client_id=f"streamforge-replay-{socket.gethostname()}-{os.getpid()}",
+                    extra={
+                        "linger.ms": 5,
+                        "delivery.timeout.ms": settings.DLQ_PRODUCE_TIMEOUT_SECONDS * 1000,
+                    },
+                )
+            )
+            _producer_state["pid"] = os.getpid()
+        shared: Producer = _producer_state["producer"]
+        return shared
+
+
+def produce(records: Sequence[OutgoingRecord]) -> None:
+    """Produce every record and wait until the broker answered each, or the delivery timeout
+    (``STREAMFORGE_DLQ_PRODUCE_TIMEOUT_SECONDS``) passed; fills in each record's answer. Never raises for
+    a record the broker refused: its ``error`` says why."""
+    kafka = producer()
+
+    def callback(out: OutgoingRecord) -> Callable[[KafkaError | None, Any], None]:
+        def report(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                out.error = str(err)
+            else:
+                out.partition, out.offset = msg.partition(), msg.offset()
+            out.done = True
+
+        return report
+
+    for out in records:
+        while True:
+            try:
+                kafka.produce(
+                    out.topic,
+                    value=out.value,
+                    key=out.key,
+                    headers=list(out.headers),
+                    on_delivery=callback(out),
+                )
+                break
+            except BufferError:  # local queue full: serve callbacks, then try again
+                kafka.poll(0.1)
+            except KafkaException as exc:
+                out.error, out.done = str(exc), True
+                break
+    deadline = time.monotonic() + settings.DLQ_PRODUCE_TIMEOUT_SECONDS + 5
+    while not all(o.done for o in records) and time.monotonic() < deadline:
+        kafka.poll(0.05)
+    for out in records:
+        if not out.done:
+            out.error = out.error or "no acknowledgement from the broker before the delivery timeout"
+
+
+def find_replay_ids(topic: str, wanted: set[str], since_ms: int) -> dict[str, tuple[int, int]]:
+    """Read ``topic`` from ``since_ms`` (epoch milliseconds) to its current end and return, for each
+    replay id of ``wanted`` found in an ``x-streamforge-replay-id`` header, the (partition, offset) of its
+    record. Stops early once all are found, or after 60 seconds; a missing topic finds nothing."""
+    consumer = Consumer(consumer_config(default_kafka(), group_id=f"streamforge-resolve-{uuid.uuid4()}"))
+    found: dict[str, tuple[int, int]] = {}
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            return found
+        partitions = [TopicPartition(topic, p, since_ms) for p in metadata.partitions]
+        starts = consumer.offsets_for_times(partitions, timeout=10)
+        ends: dict[int, int] = {}
+        assign = []
+        for tp in starts:
+            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10)
+            if tp.offset < 0 or tp.offset >= high:  # nothing at or after the time
+                continue
+            ends[tp.partition] = high
+            assign.append(TopicPartition(topic, tp.partition, tp.offset))
+        if not assign:
+            return found
+        consumer.assign(assign)
+        remaining = set(ends)
+        deadline = time.monotonic() + 60
+        while remaining and time.monotonic() < deadline and len(found) < len(wanted):
+            for msg in consumer.consume(num_messages=1000, timeout=1.0):
+                if msg.error() is not None:
+                    continue
+                record = Record.from_message(msg)
+                for name, value in record.headers:
+                    if name == c.H_REPLAY_ID and value is not None and value.decode() in wanted:
+                        found[value.decode()] = (record.partition, record.offset)
+                if record.offset + 1 >= ends.get(record.partition, 0):
+                    remaining.discard(record.partition)
+    finally:
+        consumer.close()
+    return found

@@ -1,0 +1,307 @@
+"""Closing a parked message: the replay state machine (one message, and the per-record bookkeeping the
+bulk runner shares), settling replays left in doubt by a crash, and skip.
+
+Replay protocol (at most one replayed record per claim, and no outcome left unknown):
+1. claim: PARKED -> REPLAYING and a PENDING ``Replay`` row, committed together;
+2. produce with an idempotent producer (acks=all) and wait for the broker's acknowledgement;
+3. record: REPLAYED + PRODUCED with the partition/offset, or back to PARKED + FAILED.
+A crash between 1 and 3 leaves the replay PENDING; ``resolve_in_doubt`` settles it later by reading the
+target topic for the replay id (after the producer's delivery timeout, when no retry can still land).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TypedDict
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import connection, transaction
+from django.utils import timezone
+
+from access import audit
+from access.models import Role
+from access.permissions import is_admin, require_role
+from dlq import headers
+from dlq.models import BulkAction, DeadLetter, PayloadRevision, Replay, ReplayState, Status
+from dlq.services import kafka_io, notify
+from dlq.services.errors import Conflict, InvalidRequest, ReplayFailed
+from dlq.services.fixes import PayloadCheck, current_payload
+from dlq.services.kafka_io import OutgoingRecord
+from dlq.services.rendering import decode_headers
+from pipelines.spec import SpecError
+from streamforge_core import contract as c
+
+#: A replay whose broker answer is known: the dead letter, its Replay row, and the produced record.
+Answered = tuple[DeadLetter, Replay, OutgoingRecord]
+
+
+class SettledReplays(TypedDict):
+    """How many in-doubt replays ``resolve_in_doubt`` found on their target topic, and how many not."""
+
+    produced: int
+    failed: int
+
+
+def replay_record(
+    dead_letter: DeadLetter, replay: Replay, value: bytes | None, actor_name: str
+) -> OutgoingRecord:
+    """The record a replay sends to ``replay.target_topic``: ``value``, the original key and headers (the
+    DLQ's own headers removed), and the replay headers (replay id, the DLQ coordinates it replays, and
+    who replayed it)."""
+    sent_headers = headers.original_headers(decode_headers(dead_letter.headers))
+    sent_headers += [
+        (c.H_REPLAY_ID, str(replay.replay_id).encode()),
+        (c.H_REPLAY_OF, dead_letter.coordinates.encode()),
+        (c.H_REPLAYED_BY, actor_name.encode()),
+    ]
+    key = bytes(dead_letter.key) if dead_letter.key is not None else None
+    return OutgoingRecord(topic=replay.target_topic, key=key, value=value, headers=sent_headers)
+
+
+def _allowed_targets(dead_letter: DeadLetter) -> set[str]:
+    topics = {dead_letter.source_topic} - {""}
+    pipeline = dead_letter.pipeline
+    if pipeline is not None and pipeline.current_revision is not None:
+        try:
+            spec = pipeline.current_revision.parsed
+        except SpecError:
+            return topics
+        topics |= set(spec.source.topics)
+        topics |= {d.topic for d in spec.destinations if d.topic}
+    return topics
+
+
+def _target_topic(actor: User, dead_letter: DeadLetter, requested: str) -> str:
+    target = requested.strip() or dead_letter.source_topic
+    if not target:
+        raise InvalidRequest(
+            "target_topic", "the record does not say its source topic; choose a target topic"
+        )
+    if target == dead_letter.dlq_topic:
+        raise InvalidRequest("target_topic", "replaying into the DLQ topic itself would only park it again")
+    if not is_admin(actor) and target not in _allowed_targets(dead_letter):
+        raise InvalidRequest(
+            "target_topic",
+            f"operators may replay to the pipeline's source or destination topics "
+            f"({', '.join(sorted(_allowed_targets(dead_letter))) or 'none known'}); other topics need an admin",
+        )
+    return target
+
+
+def _check_fixed_payload(latest: PayloadRevision | None, *, force: bool, reason: str) -> None:
+    check = PayloadCheck.from_json(latest.dsl_check) if latest is not None else None
+    if check is None or check.would_pass:
+        return
+    if not force:
+        where = ", ".join(f"{d.destination} ({d.error_type})" for d in check.dead_lettered())
+        raise Conflict(
+            f"the fixed payload would be dead-lettered again at {where}; fix it again or replay with force "
+            "and a reason"
+        )
+    if not reason.strip():
+        raise InvalidRequest("reason", "a forced replay of a payload that fails the check needs a reason")
+
+
+def not_parked_message(pk: int) -> str:
+    """The Conflict message for an action that needs dead letter ``pk`` PARKED, saying what it is now."""
+    status = DeadLetter.objects.filter(pk=pk).values_list("status", flat=True).first()
+    return f"dead letter {pk} is {status}, not parked: it was already replayed, skipped or is being replayed"
+
+
+def replay(
+    *,
+    actor: User,
+    dead_letter: DeadLetter,
+    target_topic: str = "",
+    idempotency_key: str = "",
+    force: bool = False,
+    reason: str = "",
+) -> Replay:
+    """Send the dead letter's current payload, with its original key and headers plus the replay headers,
+    to ``target_topic`` (default: its source topic), and mark it REPLAYED once the broker acknowledged.
+
+    Exactly one replay per claim: of concurrent calls only one claims the PARKED message; the others get
+    Conflict, or, when they carry the same ``idempotency_key``, the winner's Replay. A fixed payload
+    whose DSL check fails is refused unless ``force`` (with a reason).
+    Raises InvalidRequest, Conflict, PermissionDenied, ReplayFailed (the message is PARKED again).
+    """
+    require_role(actor, dead_letter.team, Role.OPERATOR)
+    if idempotency_key:
+        existing = Replay.objects.filter(dead_letter=dead_letter, idempotency_key=idempotency_key).first()
+        if existing is not None:
+            return existing
+    target = _target_topic(actor, dead_letter, target_topic)
+    try:
+        with transaction.atomic():
+            claimed = DeadLetter.objects.filter(pk=dead_letter.pk, status=Status.PARKED).update(
+                status=Status.REPLAYING, status_changed_at=timezone.now()
+            )
+            if claimed != 1:
+                raise Conflict(not_parked_message(dead_letter.pk))
+            # Read after the claim: no fix can slip in between the check and the produce.
+            value, latest = current_payload(dead_letter)
+            _check_fixed_payload(latest, force=force, reason=reason)
+            attempt = Replay.objects.create(
+                dead_letter=dead_letter,
+                payload_revision=latest,
+                target_topic=target,
+                requested_by=actor,
+                idempotency_key=idempotency_key,
+            )
+    except Conflict:
+        if idempotency_key:
+            winner = Replay.objects.filter(dead_letter=dead_letter, idempotency_key=idempotency_key).first()
+            if winner is not None:
+                return winner
+        raise
+    out = replay_record(dead_letter, attempt, value, actor.get_username())
+    kafka_io.produce([out])
+    finish_replays([(dead_letter, attempt, out)], actor=actor, reason=reason)
+    attempt.refresh_from_db()
+    if attempt.state == ReplayState.FAILED:
+        raise ReplayFailed(f"the broker did not take the replayed record: {attempt.error}")
+    return attempt
+
+
+def finish_replays(
+    done: Sequence[Answered],
+    *,
+    actor: User | None,
+    reason: str = "",
+    notify_console: bool = True,
+) -> tuple[int, int]:
+    """Step 3 of the protocol for claimed replays whose broker answer is known: record it in one
+    transaction, REPLAYED/PRODUCED at the partition and offset, or PARKED/FAILED with the error, and one
+    audit event per dead letter (as ``actor``, or each replay's requester when None).
+    ``notify_console``: tell the console about each message (bulk actions report per chunk instead).
+    Returns (succeeded, failed)."""
+    now = timezone.now()
+    produced = [(d, a, o) for d, a, o in done if not o.error]
+    failed = [(d, a, o) for d, a, o in done if o.error]
+    for _d, attempt, out in produced:
+        attempt.state, attempt.finished_at = ReplayState.PRODUCED, now
+        attempt.produced_partition, attempt.produced_offset = out.partition, out.offset
+    for _d, attempt, out in failed:
+        attempt.state, attempt.error, attempt.finished_at = ReplayState.FAILED, out.error, now
+    by_actor: dict[int, list[audit.Entry]] = {}
+    actors: dict[int, User] = {}
+    with transaction.atomic():
+        # One parameterized statement per row in a single executemany: Django's bulk_update builds a CASE
+        # expression per field and row, which cost more than the produce itself at bulk sizes.
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"UPDATE {Replay._meta.db_table} SET state = %s, error = %s, finished_at = %s, "  # noqa: S608  # table name is ours
+                "produced_partition = %s, produced_offset = %s WHERE id = %s",
+                [
+                    (
+                        a.state,
+                        a.error,
+                        connection.ops.adapt_datetimefield_value(a.finished_at),
+                        a.produced_partition,
+                        a.produced_offset,
+                        a.pk,
+                    )
+                    for _d, a, _o in done
+                ],
+            )
+        DeadLetter.objects.filter(pk__in=[d.pk for d, _a, _o in produced], status=Status.REPLAYING).update(
+            status=Status.REPLAYED, status_changed_at=now
+        )
+        DeadLetter.objects.filter(pk__in=[d.pk for d, _a, _o in failed], status=Status.REPLAYING).update(
+            status=Status.PARKED, status_changed_at=now
+        )
+        for dead_letter, attempt, out in done:
+            who = actor or attempt.requested_by
+            actors[who.pk] = who
+            action = "dlq.replay_failed" if out.error else "dlq.replay"
+            by_actor.setdefault(who.pk, []).append(
+                audit.Entry(
+                    action=action,
+                    target_type="dead_letter",
+                    target_id=dead_letter.pk,
+                    reason=reason,
+                    details={
+                        "replay_id": str(attempt.replay_id),
+                        "target_topic": out.topic,
+                        "partition": out.partition,
+                        "offset": out.offset,
+                        "payload_revision": attempt.payload_revision.number
+                        if attempt.payload_revision
+                        else 0,
+                        "bulk": attempt.bulk_id,
+                        "error": out.error,
+                    },
+                )
+            )
+            if notify_console:
+                status = Status.PARKED if out.error else Status.REPLAYED
+                notify.message_changed_on_commit(
+                    dead_letter, status=status, action=action, actor=who.get_username()
+                )
+        for pk, entries in by_actor.items():
+            audit.record_many(actor=actors[pk], entries=entries)
+    return len(produced), len(failed)
+
+
+def resolve_in_doubt(
+    *, older_than_seconds: float | None = None, bulk: BulkAction | None = None
+) -> SettledReplays:
+    """Settle PENDING replays whose process died between produce and record: read each target topic from
+    shortly before the oldest claim to its end, looking for the replay ids in ``x-streamforge-replay-id``.
+    Found: PRODUCED/REPLAYED at that offset. Not found: FAILED/PARKED (nothing landed, safe to retry).
+
+    Only replays older than ``older_than_seconds`` (default: the producer's delivery timeout plus a
+    margin) are considered, so a produce still in flight is never judged; ``bulk`` narrows them to one
+    bulk action's. Returns the counts ``{"produced": n, "failed": m}``.
+    """
+    age = older_than_seconds if older_than_seconds is not None else settings.DLQ_PRODUCE_TIMEOUT_SECONDS + 10
+    cutoff = timezone.now() - timedelta(seconds=age)
+    pending = Replay.objects.filter(state=ReplayState.PENDING, requested_at__lte=cutoff).select_related(
+        "dead_letter", "requested_by", "payload_revision"
+    )
+    if bulk is not None:
+        pending = pending.filter(bulk=bulk)
+    by_topic: dict[str, list[Replay]] = {}
+    for attempt in pending:
+        by_topic.setdefault(attempt.target_topic, []).append(attempt)
+    counts = SettledReplays(produced=0, failed=0)
+    for topic, attempts in by_topic.items():
+        since_ms = int(min(a.requested_at for a in attempts).timestamp() * 1000) - 5000
+        landed = kafka_io.find_replay_ids(topic, {str(a.replay_id) for a in attempts}, since_ms)
+        done = []
+        for attempt in attempts:
+            where = landed.get(str(attempt.replay_id))
+            out = OutgoingRecord(topic=topic, key=None, value=None, headers=[], done=True)
+            if where is None:
+                out.error = "in doubt after a crash; not found on the target topic, so nothing was produced"
+            else:
+                out.partition, out.offset = where
+            done.append((attempt.dead_letter, attempt, out))
+        ok, failed = finish_replays(done, actor=None, reason="settled after a crash")
+        counts["produced"] += ok
+        counts["failed"] += failed
+    return counts
+
+
+def skip(*, actor: User, dead_letter: DeadLetter, reason: str) -> DeadLetter:
+    """Close a parked dead letter without producing anything. Needs the operator role and a reason.
+    Raises InvalidRequest (no reason), Conflict (not parked), PermissionDenied."""
+    require_role(actor, dead_letter.team, Role.OPERATOR)
+    if not reason.strip():
+        raise InvalidRequest("reason", "a skip needs a reason (it is kept in the audit log)")
+    with transaction.atomic():
+        changed = DeadLetter.objects.filter(pk=dead_letter.pk, status=Status.PARKED).update(
+            status=Status.SKIPPED, status_changed_at=timezone.now()
+        )
+        if changed != 1:
+            raise Conflict(not_parked_message(dead_letter.pk))
+        audit.record(
+            actor=actor, action="dlq.skip", target_type="dead_letter", target_id=dead_letter.pk, reason=reason
+        )
+        notify.message_changed_on_commit(
+            dead_letter, status=Status.SKIPPED, action="dlq.skip", actor=actor.get_username()
+        )
+    dead_letter.refresh_from_db()
+    return dead_letter
