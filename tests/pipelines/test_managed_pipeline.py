@@ -26,7 +26,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from access.models import Role
-from pipelines import progress, supervision
+from pipelines import lag, progress, supervision
 from pipelines.models import MetricSample, Pipeline, PipelineRun, PipelineState
 from streamforge_core import contract as c
 from streamforge_core.kafka import KafkaConnection, consumer_config
@@ -190,7 +190,7 @@ def test_a_managed_pipeline_runs_recovers_stops_and_halts(world, kafka_bootstrap
     # the Kafka consumer group says the same (through the endpoint and directly with AdminClient)
     assert body["consumer_group"]["lag"] == 0, body["consumer_group"]
     group = body["consumer_group"]["group"]
-    direct = progress.consumer_group_lag(group=group, topics=[source])
+    direct = lag.consumer_group_lag(group=group, topics=[source])
     assert [(p.lag, p.committed) for p in direct] == [(0, p.latest) for p in direct]
     assert sum(p.latest for p in direct) == RECORDS
     # and so does /metrics
