@@ -1,5 +1,6 @@
-"""Progress ingestion and lag: the drivers' per-batch events become metric samples, running totals and
-per-partition positions, pushed live to the browser; plus the consumer-group lag as Kafka itself sees it.
+"""Progress ingestion: the drivers' per-batch events become metric samples, running totals and per-partition
+positions, pushed live to the browser; and the figures read back for the API (series, rates, the last batch,
+with the consumer-group lag from ``pipelines.lag``).
 
 The drivers append JSON events to the Redis stream ``streamforge:progress``. ``ingest`` reads it through a
 Redis consumer group (XREADGROUP, then XACK once stored), so with two beats each event is read by one of
