@@ -33,6 +33,7 @@ class Profile:
     controller_port: int
     redis_port: int
     web_port: int
+    postgres_port: int
     debug: bool
 
     @property
@@ -48,9 +49,25 @@ class Profile:
         return f"redis://127.0.0.1:{self.redis_port}/0"
 
     @property
+    def uses_postgres(self) -> bool:
+        """Whether this stack runs its own PostgreSQL (``STREAMFORGE_DB=postgres``; SQLite otherwise).
+        Raises ValueError for any other value, so a typo never silently falls back to SQLite."""
+        choice = os.environ.get("STREAMFORGE_DB", "sqlite").strip().lower()
+        if choice not in {"sqlite", "postgres"}:
+            raise ValueError(f"STREAMFORGE_DB must be sqlite or postgres, not {choice!r}")
+        return choice == "postgres"
+
+    @property
     def database_url(self) -> str:
-        """``DATABASE_URL`` from the environment when set, else a SQLite file in the state folder."""
-        return os.environ.get("DATABASE_URL") or f"sqlite:///{self.state_dir / 'db.sqlite3'}"
+        """``DATABASE_URL`` from the environment when set; else the stack's own PostgreSQL (``STREAMFORGE_DB=
+        postgres``, its password kept in the state folder), else a SQLite file in the state folder."""
+        if os.environ.get("DATABASE_URL"):
+            return os.environ["DATABASE_URL"]
+        if self.uses_postgres:
+            password_file = self.state_dir / "postgres" / "password"
+            password = password_file.read_text().strip() if password_file.exists() else ""
+            return f"postgres://streamforge:{password}@127.0.0.1:{self.postgres_port}/streamforge"
+        return f"sqlite:///{self.state_dir / 'db.sqlite3'}"
 
     @property
     def web_url(self) -> str:
@@ -58,13 +75,33 @@ class Profile:
 
 
 PROFILES: dict[str, Profile] = {
-    "dev": Profile("dev", kafka_port=9092, controller_port=9093, redis_port=6379, web_port=8000, debug=True),
+    "dev": Profile(
+        "dev",
+        kafka_port=9092,
+        controller_port=9093,
+        redis_port=6379,
+        web_port=8000,
+        postgres_port=5433,
+        debug=True,
+    ),
     "test": Profile(
-        "test", kafka_port=19092, controller_port=19093, redis_port=16379, web_port=18000, debug=True
+        "test",
+        kafka_port=19092,
+        controller_port=19093,
+        redis_port=16379,
+        web_port=18000,
+        postgres_port=15433,
+        debug=True,
     ),
     # The fault-injection run (``make chaos``) stops and kills its own broker, Redis and workers, so it has a
     # whole private stack: nothing shared with a demo or another engineer's test run is ever touched.
     "chaos": Profile(
-        "chaos", kafka_port=29092, controller_port=29093, redis_port=26379, web_port=28000, debug=True
+        "chaos",
+        kafka_port=29092,
+        controller_port=29093,
+        redis_port=26379,
+        web_port=28000,
+        postgres_port=25433,
+        debug=True,
     ),
 }

@@ -366,6 +366,98 @@ def _redis(profile: Profile) -> Service:
     )
 
 
+def _postgres_binary(name: str) -> str:
+    """The path of PostgreSQL's ``name`` (initdb, postgres): on PATH, or in Debian's versioned folder
+    (``/usr/lib/postgresql/<major>/bin``, the newest major), installing Debian's ``postgresql`` if absent."""
+    found = shutil.which(name)
+    if found:
+        return found
+    for attempt in range(2):
+        versions = sorted(
+            Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), key=lambda p: int(p.parent.parent.name)
+        )
+        if versions:
+            return str(versions[-1])
+        if attempt == 0:
+            ensure_system_packages({"pg_ctlcluster": "postgresql"})
+    raise StackError(f"postgres: `{name}` not found after installing Debian's postgresql")
+
+
+def _postgres_user() -> list[str]:
+    """The command prefix that runs PostgreSQL as an unprivileged user: initdb and postgres refuse to run as
+    root, so root drops to Debian's ``postgres`` account with runuser; anyone else runs them as themselves."""
+    if os.geteuid() != 0:
+        return []
+    return ["runuser", "-u", "postgres", "--"]
+
+
+def _postgres(profile: Profile) -> Service:
+    """The stack's own PostgreSQL (``STREAMFORGE_DB=postgres``): a cluster in ``<state>/postgres/data`` owned
+    by the unprivileged user that runs it, listening on 127.0.0.1 only, password (scram-sha-256) kept in
+    ``<state>/postgres/password`` (0600), database ``streamforge`` owned by role ``streamforge``."""
+    home = profile.state_dir / "postgres"
+    data_dir, run_dir, password_file = home / "data", home / "run", home / "password"
+
+    def chown(path: Path) -> None:
+        if os.geteuid() == 0:
+            shutil.chown(path, user="postgres", group="postgres")
+
+    def prepare() -> None:
+        initdb = _postgres_binary("initdb")
+        for path in (home, run_dir):
+            path.mkdir(parents=True, exist_ok=True)
+            path.chmod(0o700)
+            chown(path)
+        if not password_file.exists():
+            password_file.write_text(uuid.uuid4().hex)
+            password_file.chmod(0o600)
+            chown(password_file)
+        if (data_dir / "PG_VERSION").exists():
+            return
+        result = subprocess.run(
+            [*_postgres_user(), initdb, "-D", str(data_dir), "-U", "streamforge", f"--pwfile={password_file}",
+             "--auth-host=scram-sha-256", "--auth-local=peer", "--encoding=UTF8", "--no-locale"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise StackError(
+                f"postgres: initdb failed (the folders above {home} must be reachable by the user that runs "
+                f"PostgreSQL):\n{result.stdout[-1500:]}{result.stderr[-1500:]}"
+            )
+
+    def command() -> list[str]:
+        settings = [
+            "listen_addresses=127.0.0.1", f"port={profile.postgres_port}", f"unix_socket_directories={run_dir}",
+            "max_connections=200",
+        ]  # fmt: skip
+        if profile.name == "test":
+            # The test suite creates and drops its database and never needs to survive a power cut.
+            settings += ["fsync=off", "synchronous_commit=off", "full_page_writes=off"]
+        flags = [arg for setting in settings for arg in ("-c", setting)]
+        return [*_postgres_user(), _postgres_binary("postgres"), "-D", str(data_dir), *flags]
+
+    def ready() -> bool:
+        if not port_open(profile.postgres_port):
+            return False
+        import psycopg
+
+        password = password_file.read_text().strip()
+        try:
+            with psycopg.connect(
+                host="127.0.0.1", port=profile.postgres_port, user="streamforge", password=password,
+                dbname="postgres", connect_timeout=2, autocommit=True,
+            ) as conn:  # fmt: skip
+                if conn.execute("SELECT 1 FROM pg_database WHERE datname = 'streamforge'").fetchone() is None:
+                    conn.execute("CREATE DATABASE streamforge")
+            return True
+        except psycopg.Error:
+            return False
+
+    return Service(
+        "postgres", (profile.postgres_port,), command, ready, prepare, ready_timeout=60, stop_timeout=30
+    )
+
+
 def _manage(profile: Profile, *args: str) -> None:
     env = {**os.environ, **django_env(profile)}
     result = subprocess.run(
@@ -460,9 +552,10 @@ def _dlq_ingest(profile: Profile) -> Service:
 
 
 def services(profile: Profile) -> list[Service]:
-    """Every service of the stack, in start order (``down`` stops them in reverse). The web runs the
-    migrations, so everything that uses the database starts after it."""
+    """Every service of the stack, in start order (``down`` stops them in reverse): PostgreSQL first when the
+    stack runs its own; the web runs the migrations, so everything that uses the database starts after it."""
     return [
+        *([_postgres(profile)] if profile.uses_postgres else []),
         _kafka(profile),
         _redis(profile),
         _web(profile),

@@ -80,3 +80,53 @@ def test_a_kraft_cluster_id_never_looks_like_an_option():
     ids = [kafka_cluster_id() for _ in range(5_000)]
     assert all(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_-]{21}", i) for i in ids)
     assert len(set(ids)) == len(ids)
+
+
+def test_postgres_runs_as_an_unprivileged_user_on_its_own_port_and_serves_the_streamforge_database(
+    monkeypatch, tmp_path_factory
+):
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import psutil
+    import psycopg
+
+    from devstack.services import _postgres
+
+    # initdb refuses root, so the cluster belongs to another user: its folder must be reachable by that user
+    # (pytest's own tmp folder is root's alone).
+    root = Path(tempfile.mkdtemp(prefix="devstack-pg-", dir="/tmp"))
+    root.chmod(0o755)
+    monkeypatch.setattr("devstack.config.REPO_ROOT", root)
+    profile = replace(PROFILES["test"], name="unit-pg", postgres_port=_free_port())
+    service = _postgres(profile)
+    try:
+        assert start(profile, service).startswith("postgres: started")
+        server = psutil.Process(running_process(profile, "postgres").pid)
+        owners = {p.username() for p in [server, *server.children(recursive=True)] if p.name() == "postgres"}
+        assert owners, "no postgres process found"
+        assert "root" not in owners, owners
+        password = (root / ".stack" / "unit-pg" / "postgres" / "password").read_text().strip()
+        with psycopg.connect(
+            host="127.0.0.1",
+            port=profile.postgres_port,
+            user="streamforge",
+            password=password,
+            dbname="streamforge",
+        ) as conn:
+            assert conn.execute("SELECT current_database()").fetchone() == ("streamforge",)
+        with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+            psycopg.connect(
+                host="127.0.0.1",
+                port=profile.postgres_port,
+                user="streamforge",
+                password="wrong",
+                dbname="streamforge",
+            )
+        assert start(profile, service).startswith("postgres: already running")
+    finally:
+        stop(profile, service)
+        if os.geteuid() == 0:
+            shutil.rmtree(root, ignore_errors=True)
