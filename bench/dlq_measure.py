@@ -102,6 +102,7 @@ def fill(rows: int, *, world: dict[str, Any]) -> float:
     for pipeline in world["pipelines"]:
         for error_type, message in _FAILURES:
             key = group_key(
+                team_id=team.pk,
                 pipeline=pipeline.name,
                 dlq_topic=f"{pipeline.name}.src.dlq",
                 error_type=error_type,

@@ -3,6 +3,7 @@ operator previews is exactly what a bulk action then touches."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from typing import Any
@@ -79,8 +80,11 @@ class MessageFilter:
         """Only the fields that are set."""
         return {k: v for k, v in asdict(self).items() if v not in ("", None)}
 
-    def apply(self, queryset: QuerySet[DeadLetter]) -> QuerySet[DeadLetter]:
-        """``queryset`` narrowed by every set field."""
+    def apply(
+        self, queryset: QuerySet[DeadLetter], *, key_masked_teams: Collection[int] = ()
+    ) -> QuerySet[DeadLetter]:
+        """``queryset`` narrowed by every set field. The search ``q`` does not match the keys of the
+        ``key_masked_teams`` (whose keys the user may not see: a match would tell a key's prefix)."""
         qs = queryset
         if self.pipeline:
             qs = qs.filter(pipeline_name=self.pipeline)
@@ -97,11 +101,11 @@ class MessageFilter:
         if self.until:
             qs = qs.filter(last_failed_at__lt=_when(self.until))
         if self.q:
-            qs = qs.filter(_search(self.q))
+            qs = qs.filter(_search(self.q, key_masked_teams))
         return qs
 
 
-def _search(text: str) -> Q:
+def _search(text: str, key_masked_teams: Collection[int] = ()) -> Q:
     """Key prefix OR error text, built so each side can use an index: the key side is a range on
     ``key_text`` (SQLite does not index a case-insensitive LIKE), the text side matches the failure groups
     (a small table) and becomes ``group_id IN (...)``. A side that matches nothing is left out, because an
@@ -109,6 +113,8 @@ def _search(text: str) -> Q:
     from dlq.models import DeadLetter, FailureGroup
 
     by_key = Q(key_text__gte=text, key_text__lt=text + "\U0010ffff")
+    if key_masked_teams:
+        by_key &= ~Q(team_id__in=list(key_masked_teams))
     groups = list(
         FailureGroup.objects.filter(
             Q(signature__icontains=text) | Q(sample_message__icontains=text)

@@ -36,8 +36,10 @@ def normalize_message(message: str) -> str:
     return text[:_MAX_SIGNATURE]
 
 
-def group_key(*, pipeline: str, dlq_topic: str, error_type: str, signature: str) -> str:
-    """SHA-256 hex identifying a group: the pipeline (or, for foreign DLQs, the DLQ topic), the error type
-    and the signature. Stable across processes, so concurrent ingesters agree on the group."""
+def group_key(*, team_id: int, pipeline: str, dlq_topic: str, error_type: str, signature: str) -> str:
+    """SHA-256 hex identifying a group: the owning team and pipeline (or, for foreign DLQs, the DLQ
+    topic), the error type and the signature. The owner is the DLQ topic's registered owner, never what a
+    record's headers claim, so a forged header cannot put one team's records into another team's group.
+    Stable across processes, so concurrent ingesters agree on the group."""
     owner = f"pipeline:{pipeline}" if pipeline else f"topic:{dlq_topic}"
-    return hashlib.sha256(f"{owner}\x00{error_type}\x00{signature}".encode()).hexdigest()
+    return hashlib.sha256(f"team:{team_id}\x00{owner}\x00{error_type}\x00{signature}".encode()).hexdigest()

@@ -36,6 +36,7 @@ from dlq.models import DeadLetter, DlqTopic, FailureGroup, GroupHourlyCount, Rep
 from pipelines.connections import default_kafka
 from pipelines.models import Pipeline
 from pipelines.spec import SpecError
+from streamforge_core import contract as c
 from streamforge_core.kafka import KafkaConnection, Record, admin_config, consumer_config
 
 log = logging.getLogger(__name__)
@@ -45,19 +46,71 @@ _KEY_TEXT_CHARS = 200
 
 
 @dataclass(frozen=True)
-class TopicOwner:
-    """Who a DLQ topic's records belong to: the team, and the pipeline when one is known."""
+class Writer:
+    """A pipeline whose current spec names a DLQ topic: its id, team id and name."""
+
+    pipeline_id: int
+    team_id: int
+    name: str
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Who one record belongs to (see ``TopicOwner.attribute``): team, pipeline (id and name), what the
+    record's pipeline header claimed, and a warning when that claim was not followed."""
 
     team_id: int
     pipeline_id: int | None
     pipeline_name: str
+    claimed_pipeline: str
+    warning: str
+
+
+@dataclass(frozen=True)
+class TopicOwner:
+    """Who a DLQ topic's records belong to: the team, and the pipeline when one is known.
+
+    Ownership comes from the topic, never from a record: anyone who can write to a DLQ topic can write any
+    header. ``writers`` are the pipelines whose current spec names the topic (two pipelines reading one
+    source topic share its default DLQ topic); a record's ``x-streamforge-pipeline`` header may only choose
+    among them, as each of them legitimately writes there.
+    """
+
+    team_id: int
+    pipeline_id: int | None
+    pipeline_name: str
+    writers: tuple[Writer, ...] = ()
+
+    def attribute(self, topic: str, claimed: str) -> Attribution:
+        """The owner of a record read from ``topic`` whose pipeline header says ``claimed`` (may be empty).
+        A claim naming one of the topic's writers picks that writer; any other claim is kept with a warning
+        and grants nothing."""
+        for writer in self.writers:
+            if claimed and writer.name == claimed:
+                return Attribution(writer.team_id, writer.pipeline_id, writer.name, claimed, "")
+        own = Attribution(self.team_id, self.pipeline_id, self.pipeline_name, claimed, "")
+        if not claimed or claimed == self.pipeline_name:
+            return own
+        owner = (
+            f"pipeline {self.pipeline_name!r}" if self.pipeline_name else "its registered team (no pipeline)"
+        )
+        warning = (
+            f"the record's {c.H_PIPELINE} header names pipeline {claimed!r}, but DLQ topic {topic!r} belongs "
+            f"to {owner}; the header was not used for ownership or replay targets"
+        )
+        return dataclasses.replace(own, warning=warning)
 
 
 def dlq_topics() -> dict[str, TopicOwner]:
-    """Every DLQ topic to read: each pipeline's current ``dlq.topic``, plus the registered DlqTopic rows
+    """Every DLQ topic to read and its owner: each pipeline's current ``dlq.topic`` (named by several
+    pipelines: the oldest owns records whose header names none of them), plus the registered DlqTopic rows
     (which win where both name a topic, as an admin registered them deliberately)."""
-    owners: dict[str, TopicOwner] = {}
-    pipelines = Pipeline.objects.select_related("current_revision__pipeline").exclude(current_revision=None)
+    writers: dict[str, list[Writer]] = defaultdict(list)
+    pipelines = (
+        Pipeline.objects.select_related("current_revision__pipeline")
+        .exclude(current_revision=None)
+        .order_by("pk")
+    )
     for pipeline in pipelines:
         assert pipeline.current_revision is not None
         topic: str | None
@@ -71,7 +124,19 @@ def dlq_topics() -> dict[str, TopicOwner]:
             )
             topic = (pipeline.current_revision.spec.get("dlq") or {}).get("topic")
         if topic:
-            owners[str(topic)] = TopicOwner(pipeline.team_id, pipeline.pk, pipeline.name)
+            writers[str(topic)].append(Writer(pipeline.pk, pipeline.team_id, pipeline.name))
+    owners: dict[str, TopicOwner] = {}
+    for topic, named_by in writers.items():
+        first = named_by[0]
+        owners[topic] = TopicOwner(first.team_id, first.pipeline_id, first.name, tuple(named_by))
+        if len({w.team_id for w in named_by}) > 1:
+            log.warning(
+                "DLQ topic %s is named by pipelines of several teams (%s); each record goes to the one its "
+                "pipeline header names, else to %s",
+                topic,
+                ", ".join(w.name for w in named_by),
+                first.name,
+            )
     for extra in DlqTopic.objects.select_related("pipeline"):
         owners[extra.topic] = TopicOwner(
             extra.team_id, extra.pipeline_id, extra.pipeline.name if extra.pipeline else ""
@@ -109,19 +174,14 @@ def _timestamp(record: Record) -> datetime | None:
     return datetime.fromtimestamp(record.timestamp_ms / 1000, tz=UTC)
 
 
-def store_batch(
-    messages: Sequence[Record],
-    owners: dict[str, TopicOwner],
-    *,
-    pipelines_by_name: dict[str, tuple[int, int]] | None = None,
-) -> BatchResult:
+def store_batch(messages: Sequence[Record], owners: dict[str, TopicOwner]) -> BatchResult:
     """Store one polled batch of DLQ records in one transaction (see the module docstring).
 
-    ``owners`` maps each subscribed topic to its owner; a StreamForge record naming a known pipeline in
-    ``x-streamforge-pipeline`` is attributed to that pipeline (``pipelines_by_name``: name -> (id, team id)).
-    Records of topics without an owner are skipped with a warning (the subscription has just changed).
+    ``owners`` maps each subscribed topic to its owner, which owns the topic's records
+    (``TopicOwner.attribute``): a record's ``x-streamforge-pipeline`` header is kept as
+    ``claimed_pipeline``, with an ``ownership_warning`` when it names another pipeline. Records of topics
+    without an owner are skipped with a warning (the subscription has just changed).
     """
-    by_name = pipelines_by_name if pipelines_by_name is not None else _pipelines_by_name()
     result = BatchResult()
     now = timezone.now()
     with transaction.atomic():
@@ -144,15 +204,16 @@ def store_batch(
             seen_now.add(coordinates)
             raw_headers = message.headers
             failure = headers.parse(raw_headers)
-            team_id, pipeline_id, pipeline_name = owner.team_id, owner.pipeline_id, owner.pipeline_name
-            if failure.pipeline and failure.pipeline in by_name:
-                pipeline_id, team_id = by_name[failure.pipeline]
-                pipeline_name = failure.pipeline
-            elif failure.pipeline:
-                pipeline_name = failure.pipeline
+            attributed = owner.attribute(topic, failure.pipeline)
+            team_id, pipeline_id = attributed.team_id, attributed.pipeline_id
+            pipeline_name = attributed.pipeline_name
             signature = normalize_message(failure.error_message)
             gkey = group_key(
-                pipeline=pipeline_name, dlq_topic=topic, error_type=failure.error_type, signature=signature
+                team_id=team_id,
+                pipeline=pipeline_name,
+                dlq_topic=topic,
+                error_type=failure.error_type,
+                signature=signature,
             )
             failed_at = failure.failed_at or _timestamp(message) or now
             group = group_rows.get(gkey) or _group(
@@ -169,6 +230,8 @@ def store_batch(
                 team_id=team_id,
                 pipeline_id=pipeline_id,
                 pipeline_name=pipeline_name,
+                claimed_pipeline=attributed.claimed_pipeline[:249],
+                ownership_warning=attributed.warning,
                 dlq_topic=topic,
                 dlq_topic_id=message.topic_id,
                 dlq_partition=partition,
@@ -208,10 +271,6 @@ def store_batch(
         summary = _arrival_summary(rows)
         transaction.on_commit(lambda: broadcast.dead_letters_arrived(summary))
     return result
-
-
-def _pipelines_by_name() -> dict[str, tuple[int, int]]:
-    return {name: (pk, team) for pk, name, team in Pipeline.objects.values_list("pk", "name", "team_id")}
 
 
 def already_stored(messages: Sequence[Record]) -> set[tuple[str, str, int, int]]:
@@ -343,7 +402,6 @@ class Ingester:
         self._consumer: Consumer | None = None
         self._owners: dict[str, TopicOwner] = {}
         self._subscribed: set[str] = set()
-        self._pipelines: dict[str, tuple[int, int]] = {}
         self._topic_ids: dict[str, str] = {}
         self._next_refresh = 0.0
 
@@ -377,7 +435,6 @@ class Ingester:
                 consumer.unsubscribe()
             log.info("dlq-ingest reads %d topic(s): %s", len(wanted), ", ".join(sorted(wanted)) or "none")
             self._subscribed = wanted
-        self._pipelines = _pipelines_by_name()
         self._topic_ids = self._describe(sorted(wanted))
         self._next_refresh = time.monotonic() + self.refresh_seconds
 
@@ -435,7 +492,7 @@ class Ingester:
         if not records:
             return BatchResult()
         records = self._recheck_topic_ids(records)
-        result = store_batch(records, self._owners, pipelines_by_name=self._pipelines)
+        result = store_batch(records, self._owners)
         consumer.commit(offsets=_next_offsets(records), asynchronous=False)
         self.totals["inserted"] += result.inserted
         self.totals["already_stored"] += result.already_stored

@@ -109,7 +109,20 @@ class DeadLetter(models.Model):
         db_index=False,
     )
     pipeline_name = models.CharField(
-        max_length=63, blank=True, help_text="as the header said; kept on delete"
+        max_length=63, blank=True, help_text="the DLQ topic's owning pipeline; kept on delete"
+    )
+    # What the record's own x-streamforge-pipeline header says. Anyone who can write to a DLQ topic can
+    # write any header, so it never decides ownership or replay targets; a disagreement is a warning.
+    claimed_pipeline = models.CharField(
+        max_length=249,
+        blank=True,
+        db_default="",
+        help_text="the x-streamforge-pipeline header as written (not trusted)",
+    )
+    ownership_warning = models.TextField(
+        blank=True,
+        db_default="",
+        help_text="why the headers' claim of ownership was not followed (empty: they agree)",
     )
     group = models.ForeignKey(
         FailureGroup, on_delete=models.PROTECT, related_name="dead_letters", db_index=False

@@ -140,15 +140,24 @@ def list_query(params: Mapping[str, str], *, now: datetime | None = None) -> Lis
 def message_rows(
     user: AnyUser, selection: MessageFilter, *, before: int | None, after: int | None
 ) -> KeysetPage:
-    """The list's page of dead letters (no payloads loaded)."""
-    qs = selection.apply(services.visible_dead_letters(user)).defer("key", "value", "headers")
-    return keyset_page(qs, key="id", before=before, after=after, size=LIST_PAGE_SIZE)
+    """The list's page of dead letters (no payloads loaded); the key column of teams whose keys the user
+    may not see (``services.key_masked_teams``) is masked, and a search does not match those keys."""
+    hidden = services.key_masked_teams(user)
+    qs = selection.apply(services.visible_dead_letters(user), key_masked_teams=hidden)
+    page = keyset_page(
+        qs.defer("key", "value", "headers"), key="id", before=before, after=after, size=LIST_PAGE_SIZE
+    )
+    for row in page.rows:
+        if row.team_id in hidden and row.key_text:
+            row.key_text = services.MASK
+    return page
 
 
 def status_counts(user: AnyUser, selection: MessageFilter) -> dict[str, int]:
     """Dead letters per status under every filter but the status one (one grouped query)."""
     without_status = MessageFilter(**{**selection.__dict__, "status": ""})
-    qs = without_status.apply(services.visible_dead_letters(user)).order_by()
+    hidden = services.key_masked_teams(user)
+    qs = without_status.apply(services.visible_dead_letters(user), key_masked_teams=hidden).order_by()
     counts = dict.fromkeys(Status.values, 0)
     for status, n in qs.values_list("status").annotate(n=Count("id")):
         counts[status] = n
@@ -172,6 +181,7 @@ class PayloadView:
     """A key or payload as the page's tabs show it: ``pretty`` (indented JSON; empty unless ``encoding`` is
     ``json``), ``raw`` (the bytes as UTF-8 text) and ``hex`` (``services.hex_dump``); ``encoding`` and
     ``size`` as ``services.render_bytes`` found them; ``masked`` when sensitive paths are hidden;
+    ``withheld`` when the viewer may see none of it (then every tab shows the same ``withheld: ...`` line);
     ``default_tab`` is the tab shown first (``pretty``, ``raw`` or ``hex``)."""
 
     encoding: str
@@ -181,16 +191,31 @@ class PayloadView:
     hex: str
     masked: bool
     default_tab: str
+    withheld: bool = False
 
 
-def payload_views(data: bytes | None, *, masked_paths: list[str]) -> PayloadView:
-    """A key or payload for the page's tabs (see ``PayloadView``). Where paths are masked (viewers), raw and
-    hex are of the masked JSON too, so no tab shows what the pretty view hides."""
-    rendered = services.render_bytes(data, masked_paths=masked_paths)
+def payload_views(
+    data: bytes | None, *, masking: services.Masking = services.UNMASKED, key: bool = False
+) -> PayloadView:
+    """A payload (or, with ``key``, a record key) for the page's tabs (see ``PayloadView``), as
+    ``masking`` lets its viewer see it. Where paths are masked, raw and hex are of the masked JSON too, and
+    a payload that is not JSON is withheld on every tab, so no tab shows what the pretty view hides."""
+    rendered = masking.key(data) if key else masking.value(data)
     if data is None:
         return PayloadView(rendered.encoding, rendered.size, "", "", "", masked=False, default_tab="raw")
+    if rendered.encoding == "withheld":
+        return PayloadView(
+            rendered.encoding,
+            rendered.size,
+            "",
+            rendered.text,
+            rendered.text,
+            masked=True,
+            default_tab="raw",
+            withheld=True,
+        )
     shown = data
-    masked = bool(masked_paths) and rendered.encoding == "json"
+    masked = not key and bool(masking.paths) and rendered.encoding == "json"
     if masked:
         shown = json.dumps(json.loads(rendered.text), separators=(",", ":"), ensure_ascii=False).encode()
     return PayloadView(

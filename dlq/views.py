@@ -75,7 +75,7 @@ def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
         pk=pk,
     )
     info = services.inspect_message(user=request.user, dead_letter=dead_letter)
-    masked = services.masked_paths_for(request.user, dead_letter.team)
+    masking = services.masking_for(request.user, dead_letter.team)
     roles = pages.roles_of(request.user)
     can_operate = roles.at_least(dead_letter.team_id, Role.OPERATOR)
     editor_text, editor_mode = pages.editor_text(dead_letter) if can_operate else ("", "text")
@@ -86,10 +86,10 @@ def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "dl": dead_letter,
             "info": info,
             "value": pages.payload_views(
-                bytes(dead_letter.value) if dead_letter.value is not None else None, masked_paths=masked
+                bytes(dead_letter.value) if dead_letter.value is not None else None, masking=masking
             ),
             "key": pages.payload_views(
-                bytes(dead_letter.key) if dead_letter.key is not None else None, masked_paths=[]
+                bytes(dead_letter.key) if dead_letter.key is not None else None, masking=masking, key=True
             ),
             "revisions": [
                 (rev, diff_lines(rev.diff)) for rev in reversed(info.payload_revisions)

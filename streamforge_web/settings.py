@@ -26,7 +26,9 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | STREAMFORGE_CRASH_LOOP_MINUTES | 10 | ... within this many minutes make a pipeline FAILED |
 | STREAMFORGE_METRICS_RETENTION_DAYS | 14 | metric samples older than this are deleted |
 | STREAMFORGE_PROGRESS_GROUP | streamforge-web | Redis consumer group reading the drivers' progress stream |
-| STREAMFORGE_DLQ_MASKED_PATHS | (none) | comma-separated JSON paths (`/actor/email`) masked in payloads for viewers |
+| STREAMFORGE_DLQ_MASKED_PATHS | (none) | comma-separated JSON paths (`/actor/email`) masked in payloads for viewers; while any is set, a payload that is not JSON is withheld from viewers (length and SHA-256 only) |
+| STREAMFORGE_DLQ_MASKED_HEADERS | (none) | comma-separated header names (case-insensitive) whose values are masked for viewers |
+| STREAMFORGE_DLQ_MASK_KEYS | false | true: record keys are withheld from viewers (length only), in the list and search too |
 | STREAMFORGE_DLQ_PRODUCE_TIMEOUT | 20 | seconds a replayed record may take to be acknowledged (Kafka delivery.timeout.ms) |
 | STREAMFORGE_DLQ_BULK_APPROVAL_THRESHOLD | 1000 | bulk actions selecting more messages than this need an approver |
 | STREAMFORGE_CELERY_QUEUE | celery | the Celery queue the web process sends tasks to and workers read (tests on a shared Redis use their own) |
@@ -211,6 +213,8 @@ CRASH_LOOP_MINUTES = env_int("STREAMFORGE_CRASH_LOOP_MINUTES", 10, minimum=1)
 METRICS_RETENTION_DAYS = env_int("STREAMFORGE_METRICS_RETENTION_DAYS", 14, minimum=1)
 PROGRESS_CONSUMER_GROUP = env_str("STREAMFORGE_PROGRESS_GROUP", "streamforge-web")
 DLQ_MASKED_PATHS = env_list("STREAMFORGE_DLQ_MASKED_PATHS", [])
+DLQ_MASKED_HEADERS = env_list("STREAMFORGE_DLQ_MASKED_HEADERS", [])
+DLQ_MASK_KEYS = env_bool("STREAMFORGE_DLQ_MASK_KEYS", False)
 DLQ_PRODUCE_TIMEOUT_SECONDS = env_int("STREAMFORGE_DLQ_PRODUCE_TIMEOUT", 20, minimum=1)
 DLQ_BULK_APPROVAL_THRESHOLD = env_int("STREAMFORGE_DLQ_BULK_APPROVAL_THRESHOLD", 1000, minimum=0)
 DLQ_BULK_STALE_SECONDS = env_int("STREAMFORGE_DLQ_BULK_STALE", 60, minimum=5)

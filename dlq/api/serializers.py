@@ -26,6 +26,7 @@ from dlq.models import (
     Status,
 )
 from dlq.services import (
+    MASK,
     ApprovalSummary,
     BulkPreview,
     DestinationOutcome,
@@ -79,6 +80,14 @@ class DeadLetterListSerializer(serializers.ModelSerializer[DeadLetter]):
     def get_error_message(self, obj: DeadLetter) -> str:
         """The first 300 characters (the detail has all of it)."""
         return obj.error_message[:300]
+
+    def to_representation(self, instance: DeadLetter) -> dict[str, Any]:
+        """The row; ``key_text`` masked for teams in the ``key_masked_teams`` context (see
+        ``dlq.services.key_masked_teams``)."""
+        data: dict[str, Any] = super().to_representation(instance)
+        if instance.team_id in self.context.get("key_masked_teams", ()) and data.get("key_text"):
+            data["key_text"] = MASK
+        return data
 
 
 @extend_schema_field({"description": "a JSON value, or a string taken as the raw payload text"})
@@ -370,18 +379,21 @@ class DlqTopicCreateSerializer(serializers.Serializer[dict[str, Any]]):
 
 class RenderedBytesSerializer(serializers.Serializer[RenderedBytes]):
     """A key or value as the console shows it: pretty JSON (masked paths replaced), text, a hex dump
-    (offset, 16 bytes in hex, their ASCII) or nothing; ``size`` in bytes."""
+    (offset, 16 bytes in hex, their ASCII), nothing, or ``withheld`` from a masked viewer (``text`` then
+    says ``withheld: not JSON, N bytes, sha256 <hex>`` for a payload, ``withheld: key, N bytes`` for a
+    key); ``size`` in bytes."""
 
-    encoding = serializers.ChoiceField(["json", "text", "hex", "null"])
+    encoding = serializers.ChoiceField(["json", "text", "hex", "null", "withheld"])
     text = serializers.CharField()
     size = serializers.IntegerField()
 
 
 class RenderedHeaderSerializer(serializers.Serializer[RenderedHeader]):
-    """A Kafka header: ``value`` as text, or as plain hex digits when not UTF-8, or null."""
+    """A Kafka header: ``value`` as text, or as plain hex digits when not UTF-8, or null, or the mask for
+    a header named in ``STREAMFORGE_DLQ_MASKED_HEADERS`` (viewers)."""
 
     name = serializers.CharField()
-    encoding = serializers.ChoiceField(["text", "hex", "null"])
+    encoding = serializers.ChoiceField(["text", "hex", "null", "masked"])
     value = serializers.CharField(allow_null=True)
 
 
@@ -521,14 +533,21 @@ class ApprovalSummarySerializer(serializers.Serializer[ApprovalSummary]):
 
 class MessageInspectionSerializer(serializers.Serializer[MessageInspection]):
     """``GET /api/dlq/messages/<id>/``: everything about one dead letter (``dlq.services.inspect_message``).
-    Values at ``STREAMFORGE_DLQ_MASKED_PATHS`` are masked for viewers, in diffs too."""
+    For viewers, values at ``STREAMFORGE_DLQ_MASKED_PATHS`` are masked (in diffs too) and payloads that are
+    not JSON withheld; masked headers and keys are hidden as configured."""
 
     id = serializers.IntegerField()
     status = serializers.ChoiceField(Status.choices)
     dlq = DlqCoordinatesSerializer()
     source = SourceCoordinatesSerializer()  # type: ignore[assignment]  # the JSON key; DRF pops declared fields
-    pipeline = serializers.CharField()
+    pipeline = serializers.CharField(help_text="the DLQ topic's owning pipeline (empty: none)")
     team = serializers.CharField()
+    claimed_pipeline = serializers.CharField(
+        help_text="what the record's x-streamforge-pipeline header says; never used for ownership"
+    )
+    ownership_warning = serializers.CharField(
+        help_text="why the header's claim was not followed; empty when it agrees with the owner"
+    )
     convention = serializers.CharField()
     error_type = serializers.CharField()
     error_message = serializers.CharField()

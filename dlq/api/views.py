@@ -128,9 +128,12 @@ class DeadLetterViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[DeadLe
     @extend_schema(parameters=_FILTER_PARAMS)
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Dead letters matching the filters, newest first, cursor-paginated."""
-        queryset = _selection(request).apply(self.get_queryset())
+        hidden = services.key_masked_teams(request.user)
+        queryset = _selection(request).apply(self.get_queryset(), key_masked_teams=hidden)
         page = self.paginate_queryset(queryset)
-        return self.get_paginated_response(DeadLetterListSerializer(page, many=True).data)
+        return self.get_paginated_response(
+            DeadLetterListSerializer(page, many=True, context={"key_masked_teams": hidden}).data
+        )
 
     @extend_schema(responses={200: MessageInspectionSerializer})
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -54,23 +54,29 @@ from dlq.services.inspection import (
     ReplaySummary,
     SourceCoordinates,
     inspect_message,
+    key_masked_teams,
     masked_paths_for,
+    masking_for,
     visible_dead_letters,
 )
 from dlq.services.rendering import (
     MASK,
+    UNMASKED,
+    Masking,
     RenderedBytes,
     RenderedHeader,
     decode_headers,
     hex_dump,
     render_bytes,
     render_headers,
+    withheld_payload,
 )
-from dlq.services.replays import SettledReplays, replay, resolve_in_doubt, skip
+from dlq.services.replays import SettledReplays, allowed_targets, replay, resolve_in_doubt, skip
 
 __all__ = [
     "BULK_RUNNABLE",
     "MASK",
+    "UNMASKED",
     "ApprovalSummary",
     "BulkPreview",
     "Conflict",
@@ -79,6 +85,7 @@ __all__ = [
     "DraftCheck",
     "FailedRevision",
     "InvalidRequest",
+    "Masking",
     "MessageInspection",
     "PayloadCheck",
     "PayloadRevisionView",
@@ -89,6 +96,7 @@ __all__ = [
     "ReplaySummary",
     "SettledReplays",
     "SourceCoordinates",
+    "allowed_targets",
     "approve",
     "cancel_bulk",
     "check_draft",
@@ -100,7 +108,9 @@ __all__ = [
     "fix_payload",
     "hex_dump",
     "inspect_message",
+    "key_masked_teams",
     "masked_paths_for",
+    "masking_for",
     "pause_bulk",
     "payload_diff",
     "preview_bulk",
@@ -118,4 +128,5 @@ __all__ = [
     "skip",
     "stale_bulk_ids",
     "visible_dead_letters",
+    "withheld_payload",
 ]

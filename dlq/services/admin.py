@@ -21,11 +21,15 @@ def register_topic(
     *, actor: User, topic: str, team: Team, pipeline: Pipeline | None = None, description: str = ""
 ) -> DlqTopic:
     """Have the ingester read an extra DLQ topic (e.g. one written by Kafka Connect or Spring Kafka) for
-    ``team``. Needs the admin role. Raises InvalidRequest for an empty or duplicate topic."""
+    ``team``, optionally for one of its pipelines: the topic's records then belong to them, whatever their
+    headers say. Needs the admin role. Raises InvalidRequest for an empty or duplicate topic, or a pipeline
+    of another team."""
     require_role(actor, team, Role.ADMIN)
     name = topic.strip()
     if not name:
         raise InvalidRequest("topic", "a topic name is required")
+    if pipeline is not None and pipeline.team_id != team.pk:
+        raise InvalidRequest("pipeline", f"pipeline {pipeline.name} belongs to another team")
     with transaction.atomic():
         if DlqTopic.objects.filter(topic=name).exists():
             raise InvalidRequest("topic", f"{name} is already registered")

@@ -44,7 +44,13 @@ from dlq.services import kafka_io, notify
 from dlq.services.errors import Conflict, InvalidRequest
 from dlq.services.inspection import visible_dead_letters
 from dlq.services.kafka_io import OutgoingRecord
-from dlq.services.replays import Answered, finish_replays, replay_record, resolve_in_doubt
+from dlq.services.replays import (
+    Answered,
+    allowed_targets,
+    finish_replays,
+    replay_record,
+    resolve_in_doubt,
+)
 
 #: The Celery task that runs a bulk action (``dlq.tasks.run_bulk``), called by name.
 RUN_BULK_TASK = "dlq.run_bulk"
@@ -350,6 +356,8 @@ def _bulk_replay_chunk(bulk: BulkAction, ids: Sequence[int]) -> tuple[int, int, 
         )
     outs = []
     done: list[Answered] = []
+    admin = is_admin(actor)
+    allowed: dict[int | None, set[str]] = {}  # per pipeline: parsed once per chunk, not per message
     for row, attempt in zip(rows, attempts, strict=True):
         revision = latest.get(row.pk)
         value = (
@@ -357,10 +365,9 @@ def _bulk_replay_chunk(bulk: BulkAction, ids: Sequence[int]) -> tuple[int, int, 
             if revision is not None
             else (bytes(row.value) if row.value is not None else None)
         )
-        if not attempt.target_topic:
-            out = OutgoingRecord(
-                topic="", key=None, value=None, headers=[], done=True, error="no source topic to replay to"
-            )
+        refused = _refused_target(bulk, row, attempt.target_topic, admin=admin, allowed=allowed)
+        if refused:
+            out = OutgoingRecord(topic="", key=None, value=None, headers=[], done=True, error=refused)
         else:
             out = replay_record(row, attempt, value, actor.get_username())
             outs.append(out)
@@ -370,6 +377,24 @@ def _bulk_replay_chunk(bulk: BulkAction, ids: Sequence[int]) -> tuple[int, int, 
         done, actor=actor, reason=f"bulk #{bulk.pk}: {bulk.reason}", notify_console=False
     )
     return len(rows), ok, failed
+
+
+def _refused_target(
+    bulk: BulkAction, row: DeadLetter, target: str, *, admin: bool, allowed: dict[int | None, set[str]]
+) -> str:
+    """Why a bulk replay may not send ``row`` to ``target`` (empty: it may). The default target is the
+    record's source-topic header, which whoever wrote the DLQ record chose: a non-admin's bulk replays only
+    to the owning pipeline's topics, as a single replay does (``replays.allowed_targets``; ``allowed``
+    caches them per pipeline id)."""
+    if not target:
+        return "no source topic to replay to"
+    if bulk.target_topic or admin:
+        return ""
+    if row.pipeline_id not in allowed:
+        allowed[row.pipeline_id] = allowed_targets(row)
+    if target in allowed[row.pipeline_id]:
+        return ""
+    return f"{target} is not a source or destination topic of the owning pipeline; replaying there needs an admin"
 
 
 def _bulk_skip_chunk(bulk: BulkAction, ids: Sequence[int]) -> tuple[int, int, int]:

@@ -10,16 +10,16 @@ from datetime import datetime
 from django.conf import settings
 from django.db.models import QuerySet
 
-from access.models import Role, Team
+from access.models import Membership, Role, Team
 from access.permissions import AnyUser, is_admin, require_role, role_in, visible_teams
 from dlq.models import DeadLetter
 from dlq.services.fixes import PayloadCheck, payload_diff
 from dlq.services.rendering import (
+    UNMASKED,
+    Masking,
     RenderedBytes,
     RenderedHeader,
     decode_headers,
-    render_bytes,
-    render_headers,
 )
 from pipelines.spec import DestinationConfig, SpecError
 
@@ -105,7 +105,9 @@ class MessageInspection:
     """Everything about one dead letter: the record (headers, key, value rendered), source coordinates,
     the failure, the pipeline revision that failed it, payload revisions with diffs, replays and their
     outcomes, later failures of replays (dead letter ids), the dead letter it is a replay of, and
-    approval requests. ``pipeline`` and ``team`` are names; ``group`` is the failure group id."""
+    approval requests. ``pipeline`` and ``team`` are names, the DLQ topic's registered owner;
+    ``claimed_pipeline`` is what the record's pipeline header says and ``ownership_warning`` why that claim
+    was not followed (empty when it agrees); ``group`` is the failure group id."""
 
     id: int
     status: str
@@ -113,6 +115,8 @@ class MessageInspection:
     source: SourceCoordinates
     pipeline: str
     team: str
+    claimed_pipeline: str
+    ownership_warning: str
     convention: str
     error_type: str
     error_message: str
@@ -143,12 +147,35 @@ def visible_dead_letters(user: AnyUser) -> QuerySet[DeadLetter]:
     return DeadLetter.objects.filter(team__in=visible_teams(user))
 
 
-def masked_paths_for(user: AnyUser, team: Team) -> list[str]:
-    """The JSON paths hidden from this user: ``STREAMFORGE_DLQ_MASKED_PATHS`` for viewers, none above."""
+def _viewer_masking() -> Masking:
+    return Masking(
+        paths=tuple(settings.DLQ_MASKED_PATHS),
+        headers=frozenset(name.lower() for name in settings.DLQ_MASKED_HEADERS),
+        keys=settings.DLQ_MASK_KEYS,
+    )
+
+
+def masking_for(user: AnyUser, team: Team) -> Masking:
+    """What this user may not see of ``team``'s dead letters: for viewers, the configured
+    ``STREAMFORGE_DLQ_MASKED_PATHS`` (and non-JSON payloads withheld while any is set),
+    ``STREAMFORGE_DLQ_MASKED_HEADERS`` and ``STREAMFORGE_DLQ_MASK_KEYS``; nothing for operators and above."""
     role = role_in(user, team)
     if role is None or role == Role.VIEWER:
-        return list(settings.DLQ_MASKED_PATHS)
-    return []
+        return _viewer_masking()
+    return UNMASKED
+
+
+def masked_paths_for(user: AnyUser, team: Team) -> list[str]:
+    """The JSON paths hidden from this user: ``STREAMFORGE_DLQ_MASKED_PATHS`` for viewers, none above."""
+    return list(masking_for(user, team).paths)
+
+
+def key_masked_teams(user: AnyUser) -> set[int]:
+    """Ids of the teams whose record keys this user may not see (``STREAMFORGE_DLQ_MASK_KEYS``, viewers):
+    lists show their keys masked, and a search does not match on them (it would tell a key's prefix)."""
+    if not settings.DLQ_MASK_KEYS or not user.is_authenticated or is_admin(user):
+        return set()
+    return set(Membership.objects.filter(user_id=user.pk, role=Role.VIEWER).values_list("team_id", flat=True))
 
 
 def _failed_revision(dead_letter: DeadLetter) -> FailedRevision | None:
@@ -168,11 +195,13 @@ def _failed_revision(dead_letter: DeadLetter) -> FailedRevision | None:
 def inspect_message(*, user: AnyUser, dead_letter: DeadLetter) -> MessageInspection:
     """Everything the message page shows (see ``MessageInspection``).
 
-    Values at ``STREAMFORGE_DLQ_MASKED_PATHS`` are masked for viewers (also inside diffs).
+    What a viewer may not see is hidden everywhere in it (``masking_for``): masked paths in the value, the
+    fixes and their diffs (payloads that are not JSON withheld), masked headers, and keys.
     Raises PermissionDenied when the user cannot see the dead letter's team.
     """
     require_role(user, dead_letter.team, Role.VIEWER)
-    masked = masked_paths_for(user, dead_letter.team)
+    masking = masking_for(user, dead_letter.team)
+    masked = list(masking.paths)
     original = bytes(dead_letter.value) if dead_letter.value is not None else None
     revisions = []
     previous = original
@@ -184,7 +213,7 @@ def inspect_message(*, user: AnyUser, dead_letter: DeadLetter) -> MessageInspect
                 author=rev.author.get_username(),
                 created_at=rev.created_at,
                 reason=rev.reason,
-                value=render_bytes(value, masked_paths=masked),
+                value=masking.value(value),
                 diff=payload_diff(previous, value, masked_paths=masked) if masked else rev.diff,
                 check=PayloadCheck.from_json(rev.dsl_check),
             )
@@ -207,6 +236,8 @@ def inspect_message(*, user: AnyUser, dead_letter: DeadLetter) -> MessageInspect
         ),
         pipeline=dead_letter.pipeline_name,
         team=dead_letter.team.name,
+        claimed_pipeline=dead_letter.claimed_pipeline,
+        ownership_warning=dead_letter.ownership_warning,
         convention=dead_letter.convention,
         error_type=dead_letter.error_type,
         error_message=dead_letter.error_message,
@@ -216,9 +247,9 @@ def inspect_message(*, user: AnyUser, dead_letter: DeadLetter) -> MessageInspect
         first_failed_at=dead_letter.first_failed_at,
         last_failed_at=dead_letter.last_failed_at,
         group=dead_letter.group_id,
-        headers=tuple(render_headers(decode_headers(dead_letter.headers))),
-        key=render_bytes(bytes(dead_letter.key) if dead_letter.key is not None else None),
-        value=render_bytes(original, masked_paths=masked),
+        headers=tuple(masking.header_values(decode_headers(dead_letter.headers))),
+        key=masking.key(bytes(dead_letter.key) if dead_letter.key is not None else None),
+        value=masking.value(original),
         payload_revisions=tuple(revisions),
         replays=tuple(
             ReplaySummary(

@@ -60,17 +60,20 @@ def replay_record(
     return OutgoingRecord(topic=replay.target_topic, key=key, value=value, headers=sent_headers)
 
 
-def _allowed_targets(dead_letter: DeadLetter) -> set[str]:
-    topics = {dead_letter.source_topic} - {""}
+def allowed_targets(dead_letter: DeadLetter) -> set[str]:
+    """The topics an operator (not an admin) may replay the dead letter to: the source and destination
+    topics of its owning pipeline's current spec. Never the record's headers: its source-topic header is
+    only a default, and is refused when the spec does not name it (a record's headers are written by
+    whoever could write to the DLQ topic). A dead letter without a pipeline can be replayed by admins only.
+    """
     pipeline = dead_letter.pipeline
-    if pipeline is not None and pipeline.current_revision is not None:
-        try:
-            spec = pipeline.current_revision.parsed
-        except SpecError:
-            return topics
-        topics |= set(spec.source.topics)
-        topics |= {d.topic for d in spec.destinations if d.topic}
-    return topics
+    if pipeline is None or pipeline.current_revision is None:
+        return set()
+    try:
+        spec = pipeline.current_revision.parsed
+    except SpecError:
+        return set()
+    return set(spec.source.topics) | {d.topic for d in spec.destinations if d.topic}
 
 
 def _target_topic(actor: User, dead_letter: DeadLetter, requested: str) -> str:
@@ -81,11 +84,12 @@ def _target_topic(actor: User, dead_letter: DeadLetter, requested: str) -> str:
         )
     if target == dead_letter.dlq_topic:
         raise InvalidRequest("target_topic", "replaying into the DLQ topic itself would only park it again")
-    if not is_admin(actor) and target not in _allowed_targets(dead_letter):
+    allowed = set() if is_admin(actor) else allowed_targets(dead_letter)
+    if not is_admin(actor) and target not in allowed:
         raise InvalidRequest(
             "target_topic",
-            f"operators may replay to the pipeline's source or destination topics "
-            f"({', '.join(sorted(_allowed_targets(dead_letter))) or 'none known'}); other topics need an admin",
+            f"operators may replay to the owning pipeline's source or destination topics "
+            f"({', '.join(sorted(allowed)) or 'none: the DLQ topic has no pipeline'}); other topics need an admin",
         )
     return target
 

@@ -136,6 +136,16 @@ def test_messages_that_differ_only_in_values_share_a_group():
         "path /payload/ref not found"
     )
     assert normalize_message("id 3f2b1c9e-0d4a-4c1e-9a7b-2f1e0c9d8b7a failed") == "id <uuid> failed"
-    key = group_key(pipeline="p", dlq_topic="d", error_type="JsonPathNotFound", signature=a)
-    assert key == group_key(pipeline="p", dlq_topic="other", error_type="JsonPathNotFound", signature=b)
-    assert key != group_key(pipeline="q", dlq_topic="d", error_type="JsonPathNotFound", signature=a)
+    key = group_key(team_id=1, pipeline="p", dlq_topic="d", error_type="JsonPathNotFound", signature=a)
+    assert key == group_key(
+        team_id=1, pipeline="p", dlq_topic="other", error_type="JsonPathNotFound", signature=b
+    )
+    assert key != group_key(
+        team_id=1, pipeline="q", dlq_topic="d", error_type="JsonPathNotFound", signature=a
+    )
+
+
+def test_the_same_failure_of_two_teams_never_shares_a_group():
+    """The owner is part of the key, so records attributed to team 2 never land in team 1's group."""
+    same = {"pipeline": "p", "dlq_topic": "d", "error_type": "JsonPathNotFound", "signature": "s"}
+    assert group_key(team_id=1, **same) != group_key(team_id=2, **same)

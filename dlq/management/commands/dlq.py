@@ -138,11 +138,18 @@ class Command(BaseCommand):
             selection = _filters(o["filter"] + [f"status={o['status']}"] * bool(o["status"]))
             if o["pipeline"]:
                 selection = _filters([*o["filter"], f"pipeline={o['pipeline']}"])
+            viewer = _user(o["actor"]) if o["actor"] else None
+            hidden = services.key_masked_teams(viewer) if viewer is not None else set()
             qs = selection.apply(
-                services.visible_dead_letters(_user(o["actor"])) if o["actor"] else DeadLetter.objects.all()
+                services.visible_dead_letters(viewer) if viewer is not None else DeadLetter.objects.all(),
+                key_masked_teams=hidden,
             )
             self._print(
-                DeadLetterListSerializer(qs.defer("key", "value", "headers")[: o["limit"]], many=True).data
+                DeadLetterListSerializer(
+                    qs.defer("key", "value", "headers")[: o["limit"]],
+                    many=True,
+                    context={"key_masked_teams": hidden},
+                ).data
             )
         elif command == "show":
             row = self._dead_letter(o["id"])
