@@ -51,20 +51,12 @@ from pathlib import Path
 import dj_database_url
 
 from streamforge_web.env import env_bool, env_int, env_list, env_str
+from streamforge_web.files import private_dir
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = env_bool("DJANGO_DEBUG", default=False)
 STATE_DIR = Path(env_str("STREAMFORGE_STATE_DIR", str(BASE_DIR / ".stack" / "dev")))
-
-
-def private_dir(path: Path) -> Path:
-    """Create ``path`` (and missing parents) readable by this user only, and tighten it if it exists: the
-    state folder holds the debug secret key, the test database, checkpoints and driver logs."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if path.stat().st_mode & 0o077:
-        path.chmod(0o700)
-    return path
 
 
 def _debug_secret_key() -> str:
