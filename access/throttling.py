@@ -41,10 +41,15 @@ class FailedTokenThrottle(SimpleRateThrottle):
 
     scope = "failed_token"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.limit, self.window = self.parse_rate(self.get_rate())
+
     def get_rate(self) -> str | None:
         """Read the rate when asked, not at import, so a changed setting applies."""
-        rates: dict[str, str | None] = api_settings.DEFAULT_THROTTLE_RATES
-        return rates.get(self.scope)
+        rates: dict[str, Any] = api_settings.DEFAULT_THROTTLE_RATES
+        rate = rates.get(self.scope)
+        return None if rate is None else str(rate)
 
     def get_cache_key(self, request: Any, view: Any) -> str:
         """One counter per client address."""
@@ -52,24 +57,24 @@ class FailedTokenThrottle(SimpleRateThrottle):
 
     def over_limit(self, request: Request) -> bool:
         """True when this address already sent as many wrong tokens as the window allows."""
-        if self.num_requests is None:
+        if self.limit is None:
             return False
-        return int(self.cache.get(self.get_cache_key(request, None), 0)) >= self.num_requests
+        return int(self.cache.get(self.get_cache_key(request, None), 0)) >= self.limit
 
     def record_failure(self, request: Request) -> None:
         """Count one wrong token; the window starts with the first and lasts the rate's duration."""
-        if self.duration is None:
+        if self.window is None:
             return
         key = self.get_cache_key(request, None)
-        self.cache.add(key, 0, timeout=self.duration)
+        self.cache.add(key, 0, timeout=self.window)
         try:
             self.cache.incr(key)
         except ValueError:  # the window expired between add and incr: this failure opens a new one
-            self.cache.add(key, 1, timeout=self.duration)
+            self.cache.add(key, 1, timeout=self.window)
 
     def window_seconds(self) -> int:
         """How long a client should wait before trying again (the whole window: an upper bound)."""
-        return int(self.duration or 60)
+        return int(self.window or 60)
 
 
 class ThrottledTokenAuthentication(TokenAuthentication):
