@@ -18,7 +18,9 @@ COPY --from=connector /opt/spark-kafka /opt/spark-kafka
 ENV STREAMFORGE_SPARK_JARS=/opt/spark-kafka \
     STREAMFORGE_STATE_DIR=/var/lib/streamforge \
     PYTHONUNBUFFERED=1
-RUN mkdir -p /var/lib/streamforge && chown streamforge /var/lib/streamforge
+RUN mkdir -p /var/lib/streamforge && chown streamforge /var/lib/streamforge && chmod 0700 /var/lib/streamforge
 USER streamforge
 EXPOSE 8000
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "--proxy-headers", "streamforge_web.asgi:application"]
+# No --proxy-headers: daphne would take the client address from the left of X-Forwarded-For, which any
+# client can write; STREAMFORGE_BEHIND_PROXY / STREAMFORGE_PROXY_COUNT read the entry the proxy added.
+CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "streamforge_web.asgi:application"]

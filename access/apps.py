@@ -9,3 +9,11 @@ class AccessConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "access"
     verbose_name = "People and audit"
+
+    def ready(self) -> None:
+        """Record each log-in lockout django-axes declares in the audit log."""
+        from axes.signals import user_locked_out
+
+        from access.lockout import record_lockout
+
+        user_locked_out.connect(record_lockout, dispatch_uid="access.record_lockout")

@@ -476,7 +476,8 @@ def _manage(profile: Profile, *args: str) -> None:
 
 def _web(profile: Profile) -> Service:
     def prepare() -> None:
-        profile.state_dir.mkdir(parents=True, exist_ok=True)
+        profile.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        profile.state_dir.chmod(0o700)  # the database, the debug secret key and driver logs live here
         _manage(profile, "migrate", "--noinput")
         _manage(profile, "collectstatic", "--noinput")
 
@@ -484,7 +485,6 @@ def _web(profile: Profile) -> Service:
         return [
             sys.executable, "-m", "daphne",
             "-b", "127.0.0.1", "-p", str(profile.web_port),
-            "--proxy-headers",
             "streamforge_web.asgi:application",
         ]  # fmt: skip
 

@@ -69,7 +69,8 @@ def _send(team_id: int, message: ArrivalUpdate | MessageUpdate | BulkUpdate) -> 
     layer = get_channel_layer()
     if layer is None:
         return
-    payload: dict[str, Any] = dict(message)
+    # The consumer checks the team against its user's teams before forwarding (and drops the field).
+    payload: dict[str, Any] = {**message, "team_id": team_id}
     try:
         async_to_sync(layer.group_send)(team_group(team_id), payload)
     except Exception as exc:  # the page catches up on reconnect; the caller's work must not fail for it

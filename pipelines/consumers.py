@@ -1,5 +1,9 @@
 """Websocket consumers of live pipeline updates: ``/ws/pipelines/`` (every pipeline the user may see) and
-``/ws/pipelines/<name>/`` (one pipeline). They only forward what ``pipelines.broadcast`` sends."""
+``/ws/pipelines/<name>/`` (one pipeline). They only forward what ``pipelines.broadcast`` sends.
+
+A socket lives for hours, and the user's teams may change meanwhile: before forwarding, each socket reads
+again which pipelines its user may see whenever its last look is older than ``ACCESS_RECHECK_SECONDS``. A
+user who lost the pipeline a socket follows, or was deactivated, has the socket closed with 4403."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.contrib.auth import get_user_model
 
 from access.permissions import visible_teams
 from pipelines.broadcast import ALL_PIPELINES_GROUP, pipeline_group
@@ -16,12 +21,19 @@ from pipelines.models import Pipeline
 
 log = logging.getLogger(__name__)
 
-#: A message for a pipeline this socket does not know re-reads the user's pipelines at most this often, so
-#: a pipeline created after the overview opened shows up, without a query per foreign message.
-VISIBILITY_REFRESH_SECONDS = 10.0
+#: How stale a socket's idea of what its user may see can get: a push re-reads it when older (two small
+#: queries), so a removed member stops receiving within this time, without queries on every batch's
+#: progress message of every pipeline on every open socket.
+ACCESS_RECHECK_SECONDS = 5.0
+
+#: Close code for a socket whose user lost access while it was open (4401 is "not signed in").
+CLOSE_ACCESS_LOST = 4403
 
 
-def _visible_names(user: Any) -> set[str]:
+def _visible_names(user: Any) -> set[str] | None:
+    """The names of the pipelines the user may see now; None when the user was deactivated or deleted."""
+    if not get_user_model().objects.filter(pk=user.pk, is_active=True).exists():
+        return None
     return set(Pipeline.objects.filter(team__in=visible_teams(user)).values_list("name", flat=True))
 
 
@@ -37,7 +49,7 @@ class PipelineUpdatesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
-        self.visible: set[str] = await database_sync_to_async(_visible_names)(user)
+        self.visible: set[str] = await database_sync_to_async(_visible_names)(user) or set()
         name = self.scope["url_route"]["kwargs"].get("name")
         if name is not None and name not in self.visible:
             await self.close(code=4404)
@@ -62,15 +74,14 @@ class PipelineUpdatesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 log.warning("websocket could not leave %s: %s", self.group, exc)
 
     async def _forward(self, message: dict[str, Any]) -> None:
-        name = message.get("pipeline")
-        if (
-            name not in self.visible
-            and self.group == ALL_PIPELINES_GROUP
-            and time.monotonic() - self.visible_checked > VISIBILITY_REFRESH_SECONDS
-        ):
-            self.visible = await database_sync_to_async(_visible_names)(self.scope["user"])
-            self.visible_checked = time.monotonic()
-        if name in self.visible:
+        if time.monotonic() - self.visible_checked >= ACCESS_RECHECK_SECONDS:
+            visible = await database_sync_to_async(_visible_names)(self.scope["user"])
+            followed = self.scope["url_route"]["kwargs"].get("name")
+            if visible is None or (followed is not None and followed not in visible):
+                await self.close(code=CLOSE_ACCESS_LOST)
+                return
+            self.visible, self.visible_checked = visible, time.monotonic()
+        if message.get("pipeline") in self.visible:
             await self.send_json(message)
 
     async def pipeline_progress(self, message: dict[str, Any]) -> None:

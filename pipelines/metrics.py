@@ -8,14 +8,17 @@ it). Every metric is labelled by ``pipeline``.
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Iterator
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from access.permissions import is_admin
 from pipelines.models import PartitionProgress, Pipeline, PipelineTotals
 
 
@@ -71,7 +74,22 @@ def render() -> bytes:
     return generate_latest(registry)
 
 
+def may_scrape(request: HttpRequest) -> bool:
+    """Whether the caller may read every team's pipeline metrics. With ``STREAMFORGE_METRICS_TOKEN`` set,
+    only ``Authorization: Bearer <token>`` (compared in constant time) opens them; without one, only a
+    signed-in admin: the names of every team's pipelines and their volumes are not for anonymous callers."""
+    token = str(settings.METRICS_TOKEN)
+    if not token:
+        return bool(request.user.is_authenticated and is_admin(request.user))
+    scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), token.encode())
+
+
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """``GET /metrics``: Prometheus text format (unauthenticated, like the probes: scrapers speak plain
-    HTTP; the numbers carry no message content)."""
+    """``GET /metrics``: Prometheus text format for a caller ``may_scrape`` lets in; 401 otherwise (with
+    ``WWW-Authenticate: Bearer`` so a scraper's log says what is missing)."""
+    if not may_scrape(request):
+        response = HttpResponse("metrics need a bearer token or an admin's session\n", status=401)
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
     return HttpResponse(render(), content_type=CONTENT_TYPE_LATEST)

@@ -33,16 +33,27 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | STREAMFORGE_DLQ_BULK_APPROVAL_THRESHOLD | 1000 | bulk actions selecting more messages than this need an approver |
 | STREAMFORGE_CELERY_QUEUE | celery | the Celery queue the web process sends tasks to and workers read (tests on a shared Redis use their own) |
 | STREAMFORGE_DLQ_BULK_STALE | 60 | seconds without a bulk worker heartbeat before another takes over (keep above the produce timeout + 25) |
+| STREAMFORGE_BEHIND_PROXY | false | trust the proxy's X-Forwarded-Proto (HTTPS) and X-Forwarded-For (client address) |
+| STREAMFORGE_PROXY_COUNT | 1 behind a proxy, else 0 | reverse proxies in front of the app that append to X-Forwarded-For |
+| STREAMFORGE_LOGIN_FAILURE_LIMIT | 5 | failed log-ins for one user name from one address before it is locked out |
+| STREAMFORGE_LOGIN_COOLOFF_MINUTES | 15 | how long a lockout lasts (each further try during it starts it again) |
+| STREAMFORGE_API_RATE_ANON | 60/minute | API requests an anonymous client (one address) may make |
+| STREAMFORGE_API_RATE_USER | 1200/minute | API requests one signed-in user or token may make |
+| STREAMFORGE_API_RATE_FAILED_TOKEN | 10/minute | wrong API tokens one address may send before its token requests answer 429 |
+| STREAMFORGE_SESSION_HOURS | 12 | how long a browser session lasts after log-in |
+| STREAMFORGE_METRICS_TOKEN | (none) | bearer token Prometheus sends to /metrics; unset: only signed-in admins read it |
 """
 
 from __future__ import annotations
 
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 
 from streamforge_web.env import env_bool, env_int, env_list, env_str
+from streamforge_web.files import private_dir
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -52,10 +63,9 @@ STATE_DIR = Path(env_str("STREAMFORGE_STATE_DIR", str(BASE_DIR / ".stack" / "dev
 
 def _debug_secret_key() -> str:
     # A key kept beside the stack state, so sessions survive restarts; never committed, never used in production.
-    path = STATE_DIR / "secret_key"
+    path = private_dir(STATE_DIR) / "secret_key"
     if path.exists():
         return path.read_text().strip()
-    path.parent.mkdir(parents=True, exist_ok=True)
     key = secrets.token_urlsafe(50)
     path.write_text(key)
     path.chmod(0o600)
@@ -79,6 +89,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "channels",
+    "axes",
     "streamforge_web",
     "access",
     "pipelines",
@@ -94,6 +105,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, so it turns a lockout noticed during the view into the lockout page (access.lockout).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "streamforge_web.urls"
@@ -146,6 +159,12 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
+# Axes first: it refuses a locked-out user name + address before the password is even checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+SESSION_COOKIE_AGE = env_int("STREAMFORGE_SESSION_HOURS", 12, minimum=1) * 3600
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -159,6 +178,7 @@ STATIC_ROOT = STATE_DIR / "staticfiles"
 WHITENOISE_USE_FINDERS = DEBUG
 WHITENOISE_AUTOREFRESH = DEBUG
 if DEBUG:
+    private_dir(STATE_DIR)
     STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -170,6 +190,9 @@ STORAGES = {
 }
 
 # --- infrastructure -----------------------------------------------------------------------------------------
+BEHIND_PROXY = env_bool("STREAMFORGE_BEHIND_PROXY", default=False)
+# How many proxies append to X-Forwarded-For; the client address is the entry the outermost one added.
+PROXY_COUNT = env_int("STREAMFORGE_PROXY_COUNT", 1 if BEHIND_PROXY else 0, minimum=0)
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 KAFKA_BOOTSTRAP_SERVERS = env_str("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
 SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")
@@ -227,6 +250,15 @@ CELERY_BEAT_SCHEDULE = {
     "resolve-in-doubt-replays": {"task": "dlq.resolve_in_doubt", "schedule": 60.0},
 }
 
+# Throttle counters (DRF) live in Redis, so every web process counts the same requests.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "streamforge",
+    }
+}
+
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -236,9 +268,21 @@ CHANNEL_LAYERS = {
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        # TokenAuthentication that counts wrong tokens per client address and answers 429 past the limit
+        "access.throttling.ThrottledTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
+    "DEFAULT_THROTTLE_CLASSES": [
+        "rest_framework.throttling.AnonRateThrottle",
+        "rest_framework.throttling.UserRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "anon": env_str("STREAMFORGE_API_RATE_ANON", "60/minute"),
+        "user": env_str("STREAMFORGE_API_RATE_USER", "1200/minute"),
+        "failed_token": env_str("STREAMFORGE_API_RATE_FAILED_TOKEN", "10/minute"),
+    },
+    # The client address DRF throttles by: the proxy-appended X-Forwarded-For entry, never a client's own.
+    "NUM_PROXIES": PROXY_COUNT,
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
@@ -271,11 +315,23 @@ CSRF_COOKIE_SECURE = HTTPS
 SECURE_HSTS_SECONDS = 31_536_000 if HTTPS else 0
 SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
 SECURE_HSTS_PRELOAD = HTTPS
-if env_bool("STREAMFORGE_BEHIND_PROXY", default=False):
+if BEHIND_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]  # probes and scrapers speak plain HTTP
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
+# /metrics: Prometheus sends this as a bearer token; without one only signed-in admins may read it.
+METRICS_TOKEN = env_str("STREAMFORGE_METRICS_TOKEN", "")
+
+# Password guessing: django-axes locks out one user name from one address (so nobody can lock a colleague
+# out from elsewhere) after this many failures; access.lockout records each lockout in the audit log and
+# answers with the log-in page saying how long to wait. Attempts live in the database (admin: Axes).
+AXES_FAILURE_LIMIT = env_int("STREAMFORGE_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("STREAMFORGE_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "access.throttling.client_ip"
+AXES_LOCKOUT_CALLABLE = "access.lockout.lockout_response"
 
 LOGGING = {
     "version": 1,

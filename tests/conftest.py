@@ -22,6 +22,15 @@ from streamforge_core.kafka import KafkaConnection, admin_config
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
+@pytest.fixture(autouse=True)
+def _private_cache(settings) -> None:
+    """Each test counts API throttles in its own keys of the shared Redis: runs of other worktrees, and
+    earlier tests whose users had the same ids, must not eat into this test's rates."""
+    settings.CACHES = {
+        "default": {**settings.CACHES["default"], "KEY_PREFIX": f"sf-test-{uuid.uuid4().hex[:12]}"}
+    }
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> str:
     """The bootstrap servers of the real test broker."""

@@ -123,3 +123,57 @@ def test_a_socket_is_refused_cleanly_when_redis_is_down(admin_user, viewer, team
         from channels.layers import channel_layers
 
         channel_layers.backends.clear()
+
+
+def test_a_socket_following_a_pipeline_is_closed_4403_once_its_user_leaves_the_team(
+    admin_user, team, monkeypatch
+):
+    from access.models import Membership
+    from pipelines import consumers
+
+    monkeypatch.setattr(consumers, "ACCESS_RECHECK_SECONDS", 0.0, raising=False)
+    create_pipeline(actor=admin_user, name="live", team=team, spec=github_spec())
+    leaver = member(team, Role.OPERATOR, username="lee")
+
+    async def scenario():
+        communicator, connected, _ = await _connect(leaver, "/ws/pipelines/live/")
+        assert connected
+        await communicator.receive_nothing(0.2)
+        await sync_to_async(Membership.objects.filter(user=leaver).delete)()
+        await sync_to_async(broadcast.status)(_status("live"))
+        output = await communicator.receive_output(timeout=5)
+        await communicator.wait()
+        return output
+
+    output = async_to_sync(scenario)()
+    assert output == {"type": "websocket.close", "code": 4403}
+
+
+def test_the_list_socket_stops_forwarding_a_teams_pipelines_once_its_user_leaves_that_team(
+    admin_user, team, monkeypatch
+):
+    from access.models import Membership
+    from pipelines import consumers
+
+    monkeypatch.setattr(consumers, "ACCESS_RECHECK_SECONDS", 0.0, raising=False)
+    create_pipeline(actor=admin_user, name="mine", team=team, spec=github_spec())
+    other_team = TeamFactory(name="other-team")
+    create_pipeline(actor=admin_user, name="kept", team=other_team, spec=github_spec())
+    leaver = member(team, Role.OPERATOR, username="lee")
+    Membership.objects.create(user=leaver, team=other_team, role=Role.VIEWER)
+
+    async def scenario():
+        communicator, connected, _ = await _connect(leaver, "/ws/pipelines/")
+        assert connected
+        await communicator.receive_nothing(0.2)
+        await sync_to_async(Membership.objects.filter(user=leaver, team=team).delete)()
+        await sync_to_async(broadcast.status)(_status("mine"))
+        await sync_to_async(broadcast.status)(_status("kept"))
+        message = await communicator.receive_json_from(timeout=5)
+        nothing_else = await communicator.receive_nothing(0.3)
+        await communicator.disconnect()
+        return message, nothing_else
+
+    message, nothing_else = async_to_sync(scenario)()
+    assert message["pipeline"] == "kept"
+    assert nothing_else

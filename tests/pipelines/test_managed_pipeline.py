@@ -141,8 +141,8 @@ def committed_offsets(group: str, topic: str) -> list[int]:
         consumer.close()
 
 
-def prometheus_lag(pipeline: str) -> dict[str, float]:
-    text = Client().get("/metrics").content.decode()
+def prometheus_lag(pipeline: str, token: str) -> dict[str, float]:
+    text = Client(headers={"authorization": f"Bearer {token}"}).get("/metrics").content.decode()
     pattern = re.compile(
         r'streamforge_consumer_lag\{partition="(\d+)",pipeline="'
         + re.escape(pipeline)
@@ -151,7 +151,8 @@ def prometheus_lag(pipeline: str) -> dict[str, float]:
     return {partition: float(value) for partition, value in pattern.findall(text)}
 
 
-def test_a_managed_pipeline_runs_recovers_stops_and_halts(world, kafka_bootstrap, kafka_admin):
+def test_a_managed_pipeline_runs_recovers_stops_and_halts(world, kafka_bootstrap, kafka_admin, settings):
+    settings.METRICS_TOKEN = "scrape-secret"  # what Prometheus sends
     figures: dict[str, float] = {}
     test_started = time.monotonic()
     admin, operator = api_for(world["admin"]), api_for(world["operator"])
@@ -194,7 +195,7 @@ def test_a_managed_pipeline_runs_recovers_stops_and_halts(world, kafka_bootstrap
     assert [(p.lag, p.committed) for p in direct] == [(0, p.latest) for p in direct]
     assert sum(p.latest for p in direct) == RECORDS
     # and so does /metrics
-    assert prometheus_lag("managed") == {"0": 0.0, "1": 0.0}
+    assert prometheus_lag("managed", "scrape-secret") == {"0": 0.0, "1": 0.0}
     figures["lag_after_100k"] = body["lag"]
 
     # When the driver is killed with SIGKILL, a new run starts by itself

@@ -12,7 +12,6 @@ import pytest
 import redis
 from django.conf import settings as django_settings
 from django.db import OperationalError, connection
-from django.test import Client
 
 from pipelines import alerts, progress
 from pipelines.models import (
@@ -167,10 +166,10 @@ def test_a_long_range_is_downsampled_into_buckets(group, run):
 
 
 @pytest.mark.django_db
-def test_metrics_exposes_the_spec_names_labelled_by_pipeline(group, run):
+def test_metrics_exposes_the_spec_names_labelled_by_pipeline(group, run, admin_client):
     publish(event(run, 0, dlq=3), event(run, 1, commit_failed=True))
     progress.ingest()
-    text = Client().get("/metrics").content.decode()
+    text = admin_client.get("/metrics").content.decode()
     name = run.pipeline.name
     for line in (
         f'streamforge_messages_consumed_total{{pipeline="{name}"}} 200.0',

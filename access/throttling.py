@@ -1,0 +1,101 @@
+"""Limits on guessing credentials: the client address every limit counts by, and API token authentication
+that stops answering an address which sent too many wrong tokens.
+
+Log-in lockouts are django-axes' (configured in settings, reported by ``access.lockout``); request rates per
+user and per anonymous address are DRF's ``UserRateThrottle`` and ``AnonRateThrottle``. All of them count
+the same address, ``client_ip``, so a client cannot look like several by writing its own
+``X-Forwarded-For``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.http import HttpRequest
+from rest_framework import exceptions
+from rest_framework.authentication import TokenAuthentication, get_authorization_header
+from rest_framework.authtoken.models import Token
+from rest_framework.request import Request
+from rest_framework.settings import api_settings
+from rest_framework.throttling import SimpleRateThrottle
+
+
+def client_ip(request: HttpRequest | Request) -> str:
+    """The client's address: ``REMOTE_ADDR``, or behind ``STREAMFORGE_PROXY_COUNT`` proxies the
+    ``X-Forwarded-For`` entry the outermost proxy appended (entries further left are the client's own
+    words). The same rule as DRF's ``NUM_PROXIES``, so log-in lockouts and API throttles agree."""
+    remote_addr = str(request.META.get("REMOTE_ADDR") or "")
+    forwarded = request.META.get("HTTP_X_FORWARDED_FOR")
+    proxies = int(settings.PROXY_COUNT)
+    if proxies == 0 or not forwarded:
+        return remote_addr
+    addresses = [part.strip() for part in str(forwarded).split(",")]
+    return addresses[-min(proxies, len(addresses))] or remote_addr
+
+
+class FailedTokenThrottle(SimpleRateThrottle):
+    """Counts wrong API tokens per client address in the cache (Redis), in fixed windows of the
+    ``failed_token`` rate (``STREAMFORGE_API_RATE_FAILED_TOKEN``, e.g. ``10/minute``)."""
+
+    scope = "failed_token"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.limit, self.window = self.parse_rate(self.get_rate())
+
+    def get_rate(self) -> str | None:
+        """Read the rate when asked, not at import, so a changed setting applies."""
+        rates: dict[str, Any] = api_settings.DEFAULT_THROTTLE_RATES
+        rate = rates.get(self.scope)
+        return None if rate is None else str(rate)
+
+    def get_cache_key(self, request: Any, view: Any) -> str:
+        """One counter per client address."""
+        return self.cache_format % {"scope": self.scope, "ident": client_ip(request)}
+
+    def over_limit(self, request: Request) -> bool:
+        """True when this address already sent as many wrong tokens as the window allows."""
+        if self.limit is None:
+            return False
+        return int(self.cache.get(self.get_cache_key(request, None), 0)) >= self.limit
+
+    def record_failure(self, request: Request) -> None:
+        """Count one wrong token; the window starts with the first and lasts the rate's duration."""
+        if self.window is None:
+            return
+        key = self.get_cache_key(request, None)
+        self.cache.add(key, 0, timeout=self.window)
+        try:
+            self.cache.incr(key)
+        except ValueError:  # the window expired between add and incr: this failure opens a new one
+            self.cache.add(key, 1, timeout=self.window)
+
+    def window_seconds(self) -> int:
+        """How long a client should wait before trying again (the whole window: an upper bound)."""
+        return int(self.window or 60)
+
+
+class ThrottledTokenAuthentication(TokenAuthentication):
+    """DRF's ``Authorization: Token <key>`` authentication, which counts the wrong tokens each client
+    address sends and, past the ``failed_token`` rate, answers 429 (with ``Retry-After``) to every token
+    request from that address until the window ends, right tokens included: otherwise a guesser would
+    learn which guess was right. Requests without a token header are not counted."""
+
+    def authenticate(self, request: Request) -> tuple[AbstractBaseUser, Token] | None:
+        """Refuse an address over the limit, else authenticate and count a failure."""
+        header = get_authorization_header(request).split()
+        if not header or header[0].lower() != self.keyword.lower().encode():
+            return None
+        throttle = FailedTokenThrottle()
+        if throttle.over_limit(request):
+            raise exceptions.Throttled(
+                wait=throttle.window_seconds(), detail="too many wrong API tokens from this address"
+            )
+        try:
+            result: tuple[AbstractBaseUser, Token] | None = super().authenticate(request)
+        except exceptions.AuthenticationFailed:
+            throttle.record_failure(request)
+            raise
+        return result
