@@ -378,7 +378,8 @@ def cancel_bulk(*, actor: User, bulk: BulkAction, reason: str = "") -> BulkActio
     not yet reached stay parked; nothing done is undone); one awaiting approval is withdrawn, its approval
     request closed as cancelled. A cancelled action is never resumed. Needs the operator role.
     Raises PermissionDenied, Conflict naming the state."""
-    action = "withdraw" if bulk.state == BulkState.AWAITING_APPROVAL else "cancel"
+    current = BulkAction.objects.filter(pk=bulk.pk).values_list("state", flat=True).first()
+    action = "withdraw" if current == BulkState.AWAITING_APPROVAL else "cancel"
     return _operator_move(action=action, actor=actor, bulk=bulk, reason=reason)
 
 

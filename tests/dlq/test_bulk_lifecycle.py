@@ -16,6 +16,8 @@ import pytest
 from confluent_kafka.admin import NewTopic
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from access.models import AuditEvent, Role
@@ -387,3 +389,53 @@ def test_the_transition_table_lists_every_state_and_only_workers_run_or_finish()
         row.action for row in table.values() if row.target in (BulkState.QUEUED, BulkState.RUNNING)
     }
     assert into_running_states == {row.action for row in table.values() if row.runs}
+
+
+# --- existing data ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_marks_large_bulks_and_closes_requests_of_bulks_no_longer_awaiting_approval(
+    people, team
+):
+    """Before the state machine a bulk action could be cancelled while its request stayed pending; the
+    migration closes such requests, so they cannot be approved into a run later."""
+    executor = MigrationExecutor(connection)
+    before, after = [("dlq", "0002_dlq_topic_id")], [("dlq", "0003_bulk_approval_required")]
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    bulk_action, approval_request = (
+        old.get_model("dlq", "BulkAction"),
+        old.get_model("dlq", "ApprovalRequest"),
+    )
+
+    def bulk(state: str, *, large: bool) -> int:
+        row = bulk_action.objects.create(
+            kind="skip",
+            team_id=team.pk,
+            max_id=1,
+            reason="r",
+            state=state,
+            created_by_id=people["operator"].pk,
+        )
+        if large:
+            approval_request.objects.create(
+                kind="bulk", team_id=team.pk, bulk=row, reason="r", requested_by_id=people["operator"].pk
+            )
+        return int(row.pk)
+
+    withdrawn, waiting, small = (
+        bulk("cancelled", large=True),
+        bulk("awaiting_approval", large=True),
+        bulk("queued", large=False),
+    )
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
+
+    assert set(BulkAction.objects.filter(approval_required=True).values_list("pk", flat=True)) == {
+        withdrawn,
+        waiting,
+    }
+    assert ApprovalRequest.objects.get(bulk_id=withdrawn).state == ApprovalState.CANCELLED
+    assert ApprovalRequest.objects.get(bulk_id=waiting).state == ApprovalState.PENDING
+    assert BulkAction.objects.get(pk=small).approval_required is False
