@@ -278,7 +278,8 @@ class ApprovalKind(models.TextChoices):
 
 
 class ApprovalState(models.TextChoices):
-    """PENDING until a different approver decides; CANCELLED when the request's target went away."""
+    """PENDING until a different approver decides; CANCELLED when the requester withdrew it (a bulk action
+    cancelled while awaiting approval) or its target went away. Only PENDING ever changes."""
 
     PENDING = "pending", "Pending"
     APPROVED = "approved", "Approved"
@@ -330,8 +331,14 @@ class BulkKind(models.TextChoices):
 
 
 class BulkState(models.TextChoices):
-    """AWAITING_APPROVAL -> QUEUED -> RUNNING -> COMPLETED, with PAUSED (resumable) and CANCELLED / REJECTED
-    / FAILED as ends. A RUNNING action whose worker stopped beating is resumed by the beat."""
+    """Where a bulk action is in its life. The allowed moves, who may make each and what it does are one
+    table, ``dlq.services.bulk.BULK_TRANSITIONS``; every change of ``BulkAction.state`` goes through it.
+
+    AWAITING_APPROVAL: large, waits for an approver other than its creator. QUEUED: sent to a worker.
+    RUNNING: a worker is at it (a stale heartbeat lets another worker take over). PAUSED: stopped by an
+    operator, the only state ``resume`` leaves. Ends, never left: COMPLETED, CANCELLED (by an operator,
+    also the withdrawal of a request for approval), REJECTED (by an approver), FAILED (a worker refused it,
+    e.g. it needed an approval it does not have)."""
 
     AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
     QUEUED = "queued", "Queued"
@@ -344,6 +351,8 @@ class BulkState(models.TextChoices):
 
 
 BULK_ACTIVE_STATES = (BulkState.QUEUED, BulkState.RUNNING)
+#: States a bulk action never leaves.
+BULK_FINAL_STATES = (BulkState.COMPLETED, BulkState.CANCELLED, BulkState.REJECTED, BulkState.FAILED)
 
 
 class BulkAction(models.Model):
@@ -353,6 +362,8 @@ class BulkAction(models.Model):
     Progress is ``processed`` of ``total``; ``cursor`` is the last dead letter id handled, so a resumed run
     continues after it and each message is claimed (PARKED -> REPLAYING / SKIPPED) exactly once.
     ``rate_limit`` is messages per second (0: as fast as the broker takes them).
+    ``approval_required``: it selected more than the approval threshold when created, so no worker runs it
+    until an approver other than ``created_by`` approved its ``ApprovalRequest``.
     """
 
     kind = models.CharField(max_length=16, choices=BulkKind.choices)
@@ -365,6 +376,9 @@ class BulkAction(models.Model):
     reason = models.TextField()
     rate_limit = models.PositiveIntegerField(default=100)
     state = models.CharField(max_length=24, choices=BulkState.choices)
+    approval_required = models.BooleanField(
+        default=False, help_text="runs only after an approver other than its creator approved it"
+    )
     total = models.PositiveIntegerField(default=0)
     processed = models.PositiveIntegerField(default=0)
     succeeded = models.PositiveIntegerField(default=0)

@@ -328,6 +328,7 @@ class BulkSerializer(serializers.ModelSerializer[BulkAction]):
             "id",
             "kind",
             "state",
+            "approval_required",
             "team",
             "filters",
             "target_topic",

@@ -298,7 +298,9 @@ class FailureGroupViewSet(viewsets.ReadOnlyModelViewSet[FailureGroup]):
 class BulkViewSet(ServiceErrorsMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet[BulkAction]):
     """``/api/dlq/bulk/``: bulk replays and skips. ``POST`` with ``dry_run: true`` counts what the filter
     selects; without it, creates the action (202; queued, or awaiting approval when large).
-    ``pause/``, ``resume/``, ``cancel/``: operator."""
+    ``pause/``, ``resume/``, ``cancel/``: operator; each is a move of the bulk life cycle
+    (``dlq.services.bulk.BULK_TRANSITIONS``), 409 naming the state when the action is not in one it
+    starts from."""
 
     lookup_value_regex = "[0-9]+"
 
@@ -349,13 +351,13 @@ class BulkViewSet(ServiceErrorsMixin, mixins.CreateModelMixin, viewsets.ReadOnly
     @extend_schema(request=OptionalReasonSerializer, responses={200: BulkSerializer})
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str) -> Response:
-        """Continue a paused or cancelled action after its cursor."""
+        """Continue a paused action after its cursor (only a paused one; 409 otherwise)."""
         return self._transition(request, services.resume_bulk)
 
     @extend_schema(request=OptionalReasonSerializer, responses={200: BulkSerializer})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
-        """Stop the action; messages not reached stay parked."""
+        """End the action for good (one awaiting approval is withdrawn); messages not reached stay parked."""
         return self._transition(request, services.cancel_bulk)
 
 

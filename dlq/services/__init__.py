@@ -14,7 +14,8 @@ One module per workflow; this package re-exports their public names, so ``servic
 - ``replays``: the replay state machine (its protocol is in that module's docstring), settling replays
   left in doubt, and skip;
 - ``approvals``: delete requests, approve and reject (four eyes);
-- ``bulk``: bulk replay and skip, their preview, pause / resume / cancel, and the runner;
+- ``bulk``: bulk replay and skip, their preview, pause / resume / cancel, and the runner; their life
+  cycle is one table of transitions (``BULK_TRANSITIONS``);
 - ``admin``: extra DLQ topics and runbooks;
 - ``notify``: after-commit notifications of the console pages;
 - ``errors``: InvalidRequest (400), Conflict (409), ReplayFailed (503).
@@ -24,7 +25,9 @@ from dlq.services.admin import delete_runbook, register_topic, runbooks_for, sav
 from dlq.services.approvals import approve, reject, request_delete
 from dlq.services.bulk import (
     BULK_RUNNABLE,
+    BULK_TRANSITIONS,
     BulkPreview,
+    BulkTransition,
     cancel_bulk,
     create_bulk,
     pause_bulk,
@@ -75,10 +78,12 @@ from dlq.services.replays import SettledReplays, allowed_targets, replay, resolv
 
 __all__ = [
     "BULK_RUNNABLE",
+    "BULK_TRANSITIONS",
     "MASK",
     "UNMASKED",
     "ApprovalSummary",
     "BulkPreview",
+    "BulkTransition",
     "Conflict",
     "DestinationOutcome",
     "DlqCoordinates",

@@ -57,6 +57,8 @@ def _decide(*, actor: User, approval: ApprovalRequest, approve: bool, reason: st
         raise PermissionDenied("a request needs a second person: you cannot decide your own request")
     now = timezone.now()
     with transaction.atomic():
+        # The request row first, then (for a bulk request) the bulk action's row: the order a withdrawal
+        # (bulk.cancel_bulk) takes too, so the two never wait on each other.
         decided = ApprovalRequest.objects.filter(pk=approval.pk, state=ApprovalState.PENDING).update(
             state=ApprovalState.APPROVED if approve else ApprovalState.REJECTED,
             decided_by=actor,
@@ -64,7 +66,8 @@ def _decide(*, actor: User, approval: ApprovalRequest, approve: bool, reason: st
             decision_reason=reason.strip(),
         )
         if decided != 1:
-            raise Conflict(f"request {approval.pk} was already decided")
+            approval.refresh_from_db()
+            raise Conflict(f"request {approval.pk} is {approval.state}; only a pending request is decided")
         approval.refresh_from_db()
         audit.record(
             actor=actor,
@@ -76,15 +79,17 @@ def _decide(*, actor: User, approval: ApprovalRequest, approve: bool, reason: st
         )
         if approval.kind == ApprovalKind.DELETE and approval.dead_letter is not None and approve:
             _erase(actor=actor, dead_letter=approval.dead_letter, approval=approval)
-        elif approval.kind == ApprovalKind.BULK and approval.bulk is not None:
-            bulk_actions.approval_decided(bulk=approval.bulk, approved=approve)
+        elif approval.kind == ApprovalKind.BULK:
+            # The bulk life cycle's approve / reject move; Conflict (naming the action's state) when the
+            # action no longer awaits approval, which rolls this decision back.
+            bulk_actions.approval_decided(actor=actor, approval=approval, approved=approve)
     return approval
 
 
 def approve(*, actor: User, approval: ApprovalRequest, reason: str = "") -> ApprovalRequest:
     """Approve a pending request and carry it out (erase the dead letter, or queue the bulk action).
     Needs the approver role in the request's team and must not be the requester.
-    Raises PermissionDenied, Conflict (already decided)."""
+    Raises PermissionDenied, Conflict (already decided, or the bulk action no longer awaits approval)."""
     return _decide(actor=actor, approval=approval, approve=True, reason=reason)
 
 

@@ -1,7 +1,15 @@
 """Bulk actions: a replay or skip of every parked message a filter selects. Preview (a dry-run count),
-create (queued at once, or waiting for an approver when large), pause / resume / cancel, and the runner a
-Celery worker calls (``run_bulk``: chunk by chunk at the action's rate limit, taking over an action whose
-worker stopped beating).
+create (queued at once, or waiting for an approver when large), approve / reject (through the approval
+request, ``dlq.services.approvals``), pause / resume / cancel, and the runner a Celery worker calls
+(``run_bulk``: chunk by chunk at the action's rate limit, taking over an action whose worker stopped
+beating).
+
+The life cycle is one table, ``BULK_TRANSITIONS``: each row is an action, the states it may start from,
+the state it leads to, who may do it and what it does. Every function that changes a bulk action's state
+looks its row up and moves the row with a conditional UPDATE (``WHERE state IN sources``), so two requests
+cannot both win and anything not in the table is refused with Conflict naming the state. A move into a
+state that runs messages also carries the approval condition in that UPDATE: an action that needed an
+approval runs only once an approver other than its creator approved it, whatever path leads there.
 
 The runner is enqueued by task name (``RUN_BULK_TASK``), so this module never imports ``dlq.tasks``.
 """
@@ -15,13 +23,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -32,6 +41,7 @@ from dlq.filters import MessageFilter
 from dlq.models import (
     ApprovalKind,
     ApprovalRequest,
+    ApprovalState,
     BulkAction,
     BulkKind,
     BulkState,
@@ -56,6 +66,145 @@ from dlq.services.replays import (
 RUN_BULK_TASK = "dlq.run_bulk"
 #: States in which a worker runs (or is about to run) the action.
 BULK_RUNNABLE = (BulkState.QUEUED, BulkState.RUNNING)
+
+
+@dataclass(frozen=True)
+class BulkTransition:
+    """One row of the bulk life cycle: ``action`` moves a bulk action from one of ``sources`` (empty: it
+    is being created) to ``target``.
+
+    ``role``: the role the actor needs in the action's team; ``None`` means no person may do it, only a
+    worker (or the beat's takeover). ``not_requester``: the actor must not be the action's creator (four
+    eyes), whatever their role. ``runs``: the target state runs messages, so the move also requires that
+    the action needs no approval or has one by another person. ``event``: the audit action recorded, or
+    ``""`` when the caller records it. ``effect``: what it does, in words."""
+
+    action: str
+    sources: tuple[BulkState, ...]
+    target: BulkState
+    role: Role | None
+    not_requester: bool
+    runs: bool
+    event: str
+    effect: str
+
+
+_S = BulkState
+#: The bulk life cycle. Nothing else changes ``BulkAction.state``; a move not listed here is a Conflict.
+BULK_TRANSITIONS: Mapping[str, BulkTransition] = {
+    row.action: row
+    for row in (
+        # action, from, to, who (role in the team; None: a worker), not the requester, runs messages,
+        # audit event, what it does
+        BulkTransition(
+            "create", (), _S.QUEUED, Role.OPERATOR, False, True, "dlq.bulk_create",
+            "at most the approval threshold selected: sent to a worker",
+        ),
+        BulkTransition(
+            "request", (), _S.AWAITING_APPROVAL, Role.OPERATOR, False, False, "dlq.bulk_create",
+            "more than the approval threshold selected: opens an approval request for the team's approvers",
+        ),
+        BulkTransition(
+            "approve", (_S.AWAITING_APPROVAL,), _S.QUEUED, Role.APPROVER, True, True, "",
+            "through its approval request (audited as approval.approve): sent to a worker",
+        ),
+        BulkTransition(
+            "reject", (_S.AWAITING_APPROVAL,), _S.REJECTED, Role.APPROVER, True, False, "",
+            "through its approval request (audited as approval.reject): it never runs",
+        ),
+        BulkTransition(
+            "withdraw", (_S.AWAITING_APPROVAL,), _S.CANCELLED, Role.OPERATOR, False, False, "dlq.bulk_cancel",
+            "cancel before approval: the approval request is closed as cancelled; it never runs",
+        ),
+        BulkTransition(
+            "pause", (_S.QUEUED, _S.RUNNING), _S.PAUSED, Role.OPERATOR, False, False, "dlq.bulk_pause",
+            "stops after the chunk in flight; resume continues after its cursor",
+        ),
+        BulkTransition(
+            "resume", (_S.PAUSED,), _S.QUEUED, Role.OPERATOR, False, True, "dlq.bulk_resume",
+            "sent to a worker again; it continues after its cursor",
+        ),
+        BulkTransition(
+            "cancel", (_S.QUEUED, _S.RUNNING, _S.PAUSED), _S.CANCELLED, Role.OPERATOR, False, False,
+            "dlq.bulk_cancel",
+            "stops after the chunk in flight, for good; messages not reached stay parked",
+        ),
+        BulkTransition(
+            "run", (_S.QUEUED,), _S.RUNNING, None, False, True, "",
+            "a worker claims it and processes it chunk by chunk",
+        ),
+        BulkTransition(
+            "take_over", (_S.RUNNING,), _S.RUNNING, None, False, True, "",
+            "its worker stopped beating: another worker claims it, settles replays in doubt, continues",
+        ),
+        BulkTransition(
+            "complete", (_S.RUNNING,), _S.COMPLETED, None, False, False, "dlq.bulk_complete",
+            "the worker holding it found nothing left to do",
+        ),
+        BulkTransition(
+            "fail", (_S.QUEUED, _S.RUNNING), _S.FAILED, None, False, False, "dlq.bulk_fail",
+            "a worker refused it: it needed an approval by a person other than its creator and has none",
+        ),
+    )
+}  # fmt: skip
+
+
+def approval_granted() -> Q:
+    """The condition (on ``BulkAction`` rows) that an action may run: it needs no approval (neither marked
+    ``approval_required`` nor having any bulk approval request), or a request of it was approved by a user
+    other than its creator. Part of every UPDATE into a state that runs messages."""
+    requests = ApprovalRequest.objects.filter(bulk=OuterRef("pk"), kind=ApprovalKind.BULK)
+    by_another = requests.filter(state=ApprovalState.APPROVED, decided_by__isnull=False).exclude(
+        decided_by=OuterRef("created_by")
+    )
+    return (Q(approval_required=False) & ~Exists(requests)) | Exists(by_another)
+
+
+def _check_actor(row: BulkTransition, actor: User | None, *, team: Team | None, requester_id: int) -> None:
+    """The table's "who" of ``row``: PermissionDenied unless ``actor`` may make this move."""
+    if row.role is None:
+        if actor is not None:
+            raise PermissionDenied(f"only a worker may {row.action} a bulk action")
+        return
+    if actor is None:
+        raise PermissionDenied(f"{row.action} needs a person with the {row.role.label.lower()} role")
+    if team is None:
+        raise PermissionDenied("this bulk action has no team")
+    require_role(actor, team, row.role)
+    if row.not_requester and actor.pk == requester_id:
+        raise PermissionDenied(
+            f"a large bulk action needs a second person: you cannot {row.action} your own bulk action"
+        )
+
+
+def _refused(row: BulkTransition, bulk_pk: int) -> Conflict:
+    """The Conflict for a move whose conditional UPDATE changed nothing, naming the state it found."""
+    state = BulkAction.objects.filter(pk=bulk_pk).values_list("state", flat=True).first()
+    if state in row.sources and row.runs:
+        return Conflict(
+            f"bulk action {bulk_pk} needs an approval by a person other than its creator before it runs"
+        )
+    verb, sources = row.action, row.sources
+    if row.action in ("cancel", "withdraw"):  # one verb for people: cancel_bulk picks the row by state
+        verb = "cancel"
+        sources = BULK_TRANSITIONS["withdraw"].sources + BULK_TRANSITIONS["cancel"].sources
+    allowed = ", ".join(s.label.lower() for s in sources)
+    return Conflict(
+        f"bulk action {bulk_pk} is {BulkState(state).label.lower() if state else 'gone'}; "
+        f"{verb} is only for {allowed} bulk actions"
+    )
+
+
+def _move(row: BulkTransition, bulk_pk: int, *, when: Q | None = None, **fields: Any) -> bool:
+    """Make ``row``'s move with one conditional UPDATE (state in the row's sources, the approval condition
+    when the target runs messages, and ``when``); True when this caller made it, False when the row was
+    in another state (or someone else moved it first)."""
+    condition = Q(pk=bulk_pk, state__in=row.sources)
+    if row.runs:
+        condition &= approval_granted()
+    if when is not None:
+        condition &= when
+    return BulkAction.objects.filter(condition).update(state=row.target, **fields) == 1
 
 
 @dataclass(frozen=True)
@@ -121,15 +270,16 @@ def create_bulk(
             "filters", "the filter selects messages of several teams; narrow it to one pipeline"
         )
     team = Team.objects.get(pk=teams[0])
-    require_role(actor, team, Role.OPERATOR)
-    if target_topic and not is_admin(actor):
-        raise InvalidRequest(
-            "target_topic", "a bulk replay to another topic than each message's source needs an admin"
-        )
     with transaction.atomic():
         max_id = qs.order_by("-id").values_list("id", flat=True).first() or 0
         total = qs.filter(id__lte=max_id).count()
         needs_approval = total > settings.DLQ_BULK_APPROVAL_THRESHOLD
+        row = BULK_TRANSITIONS["request" if needs_approval else "create"]
+        _check_actor(row, actor, team=team, requester_id=actor.pk)
+        if target_topic and not is_admin(actor):
+            raise InvalidRequest(
+                "target_topic", "a bulk replay to another topic than each message's source needs an admin"
+            )
         bulk = BulkAction.objects.create(
             kind=kind,
             team=team,
@@ -138,13 +288,14 @@ def create_bulk(
             target_topic=target_topic.strip(),
             reason=reason.strip(),
             rate_limit=rate_limit,
-            state=BulkState.AWAITING_APPROVAL if needs_approval else BulkState.QUEUED,
+            state=row.target,
+            approval_required=needs_approval,
             total=total,
             created_by=actor,
         )
         audit.record(
             actor=actor,
-            action="dlq.bulk_create",
+            action=row.event,
             target_type="bulk",
             target_id=bulk.pk,
             reason=reason,
@@ -170,28 +321,52 @@ def enqueue_bulk(bulk: BulkAction) -> None:
     transaction.on_commit(lambda: current_app.send_task(RUN_BULK_TASK, args=(pk,)))
 
 
-def approval_decided(*, bulk: BulkAction, approved: bool) -> None:
-    """An approver decided the bulk action's request: queue it, or mark it REJECTED (it never runs).
-    Called inside the decision's transaction; an action no longer awaiting approval is left alone."""
-    state = BulkState.QUEUED if approved else BulkState.REJECTED
-    changed = BulkAction.objects.filter(pk=bulk.pk, state=BulkState.AWAITING_APPROVAL).update(state=state)
-    if changed and approved:
+def approval_decided(*, actor: User, approval: ApprovalRequest, approved: bool) -> None:
+    """The ``approve`` / ``reject`` move of the bulk action of ``approval``, which ``actor`` has just
+    decided in the current transaction (``dlq.services.approvals``, which records the audit event and
+    calls this after marking the request, so the approval condition of ``approve`` sees it).
+    Raises PermissionDenied (not an approver, or the action's creator), Conflict naming the action's state
+    when it no longer awaits approval; either rolls the decision back."""
+    bulk = approval.bulk
+    if bulk is None:
+        raise Conflict(f"request {approval.pk} has no bulk action")
+    row = BULK_TRANSITIONS["approve" if approved else "reject"]
+    _check_actor(row, actor, team=bulk.team, requester_id=bulk.created_by_id)
+    if not _move(row, bulk.pk):
+        raise _refused(row, bulk.pk)
+    if row.target == BulkState.QUEUED:
         enqueue_bulk(bulk)
+    bulk.refresh_from_db()
+    notify.bulk_changed_on_commit(bulk)
 
 
-def _bulk_transition(
-    *, actor: User, bulk: BulkAction, allowed: Sequence[str], to: str, action: str, reason: str
-) -> BulkAction:
-    if bulk.team is None:
-        raise PermissionDenied("this bulk action has no team")
-    require_role(actor, bulk.team, Role.OPERATOR)
+def _operator_move(*, action: str, actor: User, bulk: BulkAction, reason: str) -> BulkAction:
+    """An operator's move of ``BULK_TRANSITIONS`` (pause, resume, cancel, withdraw): the table's role
+    check, the conditional UPDATE, its audit event and effect, in one transaction."""
+    row = BULK_TRANSITIONS[action]
+    _check_actor(row, actor, team=bulk.team, requester_id=bulk.created_by_id)
     with transaction.atomic():
-        changed = BulkAction.objects.filter(pk=bulk.pk, state__in=allowed).update(state=to)
-        if changed != 1:
-            bulk.refresh_from_db()
-            raise Conflict(f"bulk action {bulk.pk} is {bulk.state}; cannot {action.split('_')[-1]} it")
-        audit.record(actor=actor, action=action, target_type="bulk", target_id=bulk.pk, reason=reason)
-        if to == BulkState.QUEUED:
+        if action == "withdraw":
+            # The approval request first, as a decision does (approvals._decide): one lock order, and a
+            # request an approver decided meanwhile makes this move find the action no longer awaiting.
+            ApprovalRequest.objects.filter(
+                bulk=bulk.pk, kind=ApprovalKind.BULK, state=ApprovalState.PENDING
+            ).update(
+                state=ApprovalState.CANCELLED,
+                decided_at=timezone.now(),
+                decision_reason=f"withdrawn: {actor.get_username()} cancelled the bulk action",
+            )
+        if not _move(row, bulk.pk):
+            raise _refused(row, bulk.pk)
+        audit.record(
+            actor=actor,
+            action=row.event,
+            target_type="bulk",
+            target_id=bulk.pk,
+            reason=reason,
+            details={"transition": row.action, "to": row.target.value},
+        )
+        if row.target == BulkState.QUEUED:
             enqueue_bulk(bulk)
     bulk.refresh_from_db()
     notify.bulk_changed_on_commit(bulk)
@@ -199,40 +374,25 @@ def _bulk_transition(
 
 
 def pause_bulk(*, actor: User, bulk: BulkAction, reason: str = "") -> BulkAction:
-    """Stop after the chunk in flight; ``resume_bulk`` continues where it stopped. Raises Conflict."""
-    return _bulk_transition(
-        actor=actor,
-        bulk=bulk,
-        allowed=BULK_RUNNABLE,
-        to=BulkState.PAUSED,
-        action="dlq.bulk_pause",
-        reason=reason,
-    )
+    """Stop a queued or running action after the chunk in flight; ``resume_bulk`` continues where it
+    stopped. Needs the operator role. Raises PermissionDenied, Conflict naming the state."""
+    return _operator_move(action="pause", actor=actor, bulk=bulk, reason=reason)
 
 
 def cancel_bulk(*, actor: User, bulk: BulkAction, reason: str = "") -> BulkAction:
-    """Stop after the chunk in flight (or never start). Messages not yet reached stay parked. An operator
-    who cancelled by mistake may still ``resume_bulk``; nothing already done is done again."""
-    return _bulk_transition(
-        actor=actor,
-        bulk=bulk,
-        allowed=(*BULK_RUNNABLE, BulkState.PAUSED, BulkState.AWAITING_APPROVAL),
-        to=BulkState.CANCELLED,
-        action="dlq.bulk_cancel",
-        reason=reason,
-    )
+    """End the action for good: a queued, running or paused one stops after the chunk in flight (messages
+    not yet reached stay parked; nothing done is undone); one awaiting approval is withdrawn, its approval
+    request closed as cancelled. A cancelled action is never resumed. Needs the operator role.
+    Raises PermissionDenied, Conflict naming the state."""
+    current = BulkAction.objects.filter(pk=bulk.pk).values_list("state", flat=True).first()
+    action = "withdraw" if current == BulkState.AWAITING_APPROVAL else "cancel"
+    return _operator_move(action=action, actor=actor, bulk=bulk, reason=reason)
 
 
 def resume_bulk(*, actor: User, bulk: BulkAction, reason: str = "") -> BulkAction:
-    """Queue a paused or cancelled bulk action again; it continues after its cursor."""
-    return _bulk_transition(
-        actor=actor,
-        bulk=bulk,
-        allowed=(BulkState.PAUSED, BulkState.CANCELLED),
-        to=BulkState.QUEUED,
-        action="dlq.bulk_resume",
-        reason=reason,
-    )
+    """Queue a paused bulk action again (only a paused one); it continues after its cursor. Needs the
+    operator role. Raises PermissionDenied, Conflict naming the state (or the approval it lacks)."""
+    return _operator_move(action="resume", actor=actor, bulk=bulk, reason=reason)
 
 
 def _worker_name() -> str:
@@ -246,22 +406,31 @@ def run_bulk(*, bulk_id: int, chunk_size: int | None = None) -> BulkAction:
     Each chunk claims its messages (PARKED -> REPLAYING / SKIPPED) before acting, so a message is
     replayed at most once whatever crashes; replays left in doubt by a crashed worker are settled from
     the target topic (``resolve_in_doubt``) before the takeover continues.
+
+    An action that needed an approval and has none by a person other than its creator is never claimed:
+    it is moved to FAILED (``fail``) with the reason in ``last_error``, whatever state it was left in.
     """
     me = _worker_name()
     now = timezone.now()
     stale = now - timedelta(seconds=settings.DLQ_BULK_STALE_SECONDS)
+    run, take_over = BULK_TRANSITIONS["run"], BULK_TRANSITIONS["take_over"]
+    # "run" or "take_over" (both lead to RUNNING and carry the approval condition) in one conditional
+    # UPDATE: one caller wins.
     claimed = BulkAction.objects.filter(
-        Q(state=BulkState.QUEUED) | Q(state=BulkState.RUNNING, heartbeat_at__lt=stale), pk=bulk_id
+        Q(state__in=run.sources) | Q(state__in=take_over.sources, heartbeat_at__lt=stale),
+        approval_granted(),
+        pk=bulk_id,
     ).update(
-        state=BulkState.RUNNING,
+        state=run.target,
         worker=me,
         heartbeat_at=now,
         runs=F("runs") + 1,
         started_at=Coalesce(F("started_at"), now),
     )
-    bulk = BulkAction.objects.select_related("created_by", "team").get(pk=bulk_id)
     if claimed != 1:
-        return bulk
+        _refuse_unapproved(bulk_id)
+        return BulkAction.objects.select_related("created_by", "team").get(pk=bulk_id)
+    bulk = BulkAction.objects.select_related("created_by", "team").get(pk=bulk_id)
     if bulk.kind == BulkKind.REPLAY:
         # A previous worker's in-flight produces ended at least DLQ_BULK_STALE_SECONDS ago (> delivery timeout).
         resolve_in_doubt(older_than_seconds=0, bulk=bulk)
@@ -280,17 +449,17 @@ def run_bulk(*, bulk_id: int, chunk_size: int | None = None) -> BulkAction:
             .values_list("id", flat=True)[:size]
         )
         if not ids:
-            BulkAction.objects.filter(pk=bulk.pk, state=BulkState.RUNNING, worker=me).update(
-                state=BulkState.COMPLETED, finished_at=timezone.now(), heartbeat_at=timezone.now()
-            )
+            complete = BULK_TRANSITIONS["complete"]
             with transaction.atomic():
-                audit.record(
-                    actor=None,
-                    action="dlq.bulk_complete",
-                    target_type="bulk",
-                    target_id=bulk.pk,
-                    details=bulk.progress(),
-                )
+                finished = timezone.now()
+                if _move(complete, bulk.pk, when=Q(worker=me), finished_at=finished, heartbeat_at=finished):
+                    audit.record(
+                        actor=None,
+                        action=complete.event,
+                        target_type="bulk",
+                        target_id=bulk.pk,
+                        details=bulk.progress(),
+                    )
             break
         if bulk.kind == BulkKind.REPLAY:
             handled, ok, failed = _bulk_replay_chunk(bulk, ids)
@@ -313,6 +482,25 @@ def run_bulk(*, bulk_id: int, chunk_size: int | None = None) -> BulkAction:
     bulk.refresh_from_db()
     notify.bulk_changed_now(bulk)
     return bulk
+
+
+def _refuse_unapproved(bulk_id: int) -> None:
+    """The ``fail`` move, for a queued or running action a worker may not run because it needed an
+    approval by a person other than its creator and has none (no path should lead there; this keeps a
+    future one from running it). Recorded on the action (``last_error``) and in the audit log."""
+    fail = BULK_TRANSITIONS["fail"]
+    error = "refused: it needs an approval by a person other than its creator, and has none"
+    with transaction.atomic():
+        if _move(fail, bulk_id, when=~approval_granted(), last_error=error, finished_at=timezone.now()):
+            audit.record(
+                actor=None,
+                action=fail.event,
+                target_type="bulk",
+                target_id=bulk_id,
+                reason=error,
+                details={"transition": fail.action, "to": fail.target.value},
+            )
+            notify.bulk_changed_on_commit(BulkAction.objects.get(pk=bulk_id))
 
 
 def _claim(ids: Sequence[int], to: str) -> list[DeadLetter]:

@@ -1,5 +1,5 @@
 """Bulk actions on the real broker: a 5,000-message replay at 500 messages/s that needs an approver, shows
-progress, is cancelled half-way, resumed, and replays each message exactly once; a bulk skip paused and
+progress, is paused half-way, resumed, and replays each message exactly once; a bulk skip paused and
 resumed; a dead worker's bulk taken over."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def run_in_thread(bulk_id: int) -> threading.Thread:
     return thread
 
 
-def test_a_large_bulk_replay_is_approved_cancelled_half_way_resumed_and_replays_each_message_once(
+def test_a_large_bulk_replay_is_approved_paused_half_way_resumed_and_replays_each_message_once(
     people, pipeline, park, github_events, kafka_admin, kafka_bootstrap, queued
 ):
     source = pipeline.current_revision.spec["source"]["topics"][0]
@@ -95,13 +95,13 @@ def test_a_large_bulk_replay_is_approved_cancelled_half_way_resumed_and_replays_
             if progress["processed"] >= 2_500:
                 break
             time.sleep(0.25)
-        cancelled = operator.post(
-            f"/api/dlq/bulk/{bulk_id}/cancel/", {"reason": "check the first half"}, format="json"
+        paused = operator.post(
+            f"/api/dlq/bulk/{bulk_id}/pause/", {"reason": "check the first half"}, format="json"
         )
-        assert cancelled.status_code == 200
+        assert paused.status_code == 200
         worker.join(timeout=30)
         half = BulkAction.objects.get(pk=bulk_id)
-        assert half.state == BulkState.CANCELLED
+        assert half.state == BulkState.PAUSED
         assert 2_500 <= half.processed < 5_000
         assert len(set(seen)) > 5, f"progress should move in steps, saw {seen}"
         first_rate = half.processed / (time.monotonic() - started)
@@ -161,6 +161,32 @@ def test_a_small_bulk_skip_runs_without_approval_and_can_be_paused_and_resumed(
     )
     assert bad_filter.status_code == 400
     assert "filters.colour" in bad_filter.json()
+
+
+def test_a_cancelled_bulk_skip_stops_after_the_chunk_in_flight_and_cannot_be_resumed(
+    people, pipeline, park, queued
+):
+    park(pipeline, [(b"k", b"{}", "MessageDeserialization", "invalid JSON") for _ in range(30)])
+    operator = api_for(people["operator"])
+    created = operator.post(
+        "/api/dlq/bulk/",
+        {"kind": "skip", "filters": {"pipeline": pipeline.name}, "reason": "test traffic", "rate_limit": 10},
+        format="json",
+    ).json()
+    worker = run_in_thread(created["id"])
+    time.sleep(1.0)
+    assert operator.post(f"/api/dlq/bulk/{created['id']}/cancel/", {}, format="json").status_code == 200
+    worker.join(timeout=20)
+    cancelled = BulkAction.objects.get(pk=created["id"])
+    assert cancelled.state == BulkState.CANCELLED
+    assert 0 < cancelled.processed < 30
+    resumed = operator.post(f"/api/dlq/bulk/{created['id']}/resume/", {}, format="json")
+    assert resumed.status_code == 409
+    assert "is cancelled" in resumed.json()["detail"]
+    services.run_bulk(bulk_id=created["id"])
+    assert BulkAction.objects.get(pk=created["id"]).processed == cancelled.processed
+    assert DeadLetter.objects.filter(status=Status.SKIPPED).count() == cancelled.processed
+    assert queued == [created["id"]]
 
 
 def test_a_bulk_replay_whose_worker_died_is_taken_over_without_replaying_anything_twice(
