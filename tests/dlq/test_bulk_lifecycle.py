@@ -401,7 +401,7 @@ def test_the_migration_marks_large_bulks_and_closes_requests_of_bulks_no_longer_
     """Before the state machine a bulk action could be cancelled while its request stayed pending; the
     migration closes such requests, so they cannot be approved into a run later."""
     executor = MigrationExecutor(connection)
-    before, after = [("dlq", "0002_dlq_topic_id")], [("dlq", "0003_bulk_approval_required")]
+    before, after = [("dlq", "0003_dead_letter_claimed_pipeline")], [("dlq", "0004_bulk_approval_required")]
     executor.migrate(before)
     old = executor.loader.project_state(before).apps
     bulk_action, approval_request = (

@@ -19,7 +19,7 @@ def mark_existing(apps: Any, schema_editor: Any) -> None:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("dlq", "0002_dlq_topic_id"),
+        ("dlq", "0003_dead_letter_claimed_pipeline"),
     ]
 
     operations = [
