@@ -24,3 +24,8 @@ class DlqConfig(AppConfig):
         from pipelines.backlog import register_backlog_counter
 
         register_backlog_counter(parked_backlog)  # the overview's DLQ backlog column
+
+        from dlq.services.admin import registered_topic_owner
+        from pipelines.dlq_owners import register_dlq_topic_claim
+
+        register_dlq_topic_claim(registered_topic_owner)  # one owner per DLQ topic

@@ -4,7 +4,8 @@ markup, a script or an event handler.
 
 The subset is what runbooks use: ``#``/``##``/``###`` headings, paragraphs, ``-``/``*`` and ``1.`` lists,
 fenced code blocks (```), inline ``code``, ``**bold**``, ``*italic*`` and ``[text](url)`` links whose url is
-``http(s)://`` or a site path (``/dlq/...``). Anything else is shown as the text it is.
+``http(s)://host...`` or a path on this site (``/dlq/...``; not ``//host`` or ``/\\host``, which browsers
+take to another site). Anything else is shown as the text it is.
 
 Server-side on purpose: one small, tested function instead of a vendored parser plus a sanitizer in every
 browser, and the page is complete without JavaScript.
@@ -21,7 +22,12 @@ _HEADING = re.compile(r"^(#{1,3})\s+(.*)$")
 _BULLET = re.compile(r"^\s*[-*]\s+(.*)$")
 _NUMBERED = re.compile(r"^\s*\d+[.)]\s+(.*)$")
 _LINK = re.compile(r"\[([^\]\n]+)\]\(([^)\s]+)\)")
-_SAFE_URL = re.compile(r"^(https?://|/)[^\s\"'<>`]*$")
+# A link goes to an absolute http(s) URL or to a path on this site, nowhere else. Browsers read "\\" as "/"
+# and drop tabs and newlines inside a URL, so "//evil", "/\\evil" and "/<tab>/evil" all leave the site (a
+# protocol-relative URL); "javascript:" and the like never match. Hence: no backslash, no whitespace, no
+# control character anywhere, and a site path's second character is neither "/" nor "\\".
+_URL_CHARS = r"[^\s\"'<>`\\\x00-\x1f\x7f-\x9f]"
+_SAFE_URL = re.compile(rf"(?:https?://[A-Za-z0-9\[]|/(?![/\\]))(?:{_URL_CHARS})*")
 _BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
 _ITALIC = re.compile(r"(?<![*\w])\*(?=\S)(.+?)(?<=\S)\*(?![*\w])")
 
@@ -46,7 +52,7 @@ def _inline(text: str) -> str:
 def _link(match: re.Match[str]) -> str:
     label, url = match.group(1), match.group(2)
     # The url was escaped with the rest (& -> &amp;), which is also what an href attribute needs.
-    if not _SAFE_URL.match(html.unescape(url)):
+    if not _SAFE_URL.fullmatch(html.unescape(url)):
         return match.group(0)
     external = url.startswith("http")
     rel = ' rel="noopener noreferrer" target="_blank"' if external else ""

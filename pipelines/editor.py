@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pipelines.spec import COMMIT_KINDS, DELIVERY_MODES, DESTINATION_KEYS
+from streamforge_core.text import UNENCODABLE, unencodable_path
 
 #: The input that says which editor the draft comes from: the structured ``form`` or the ``json`` textarea.
 MODE_FIELD = "spec_mode"
@@ -249,6 +250,10 @@ def spec_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], FormErrors]
             return {}, errors
         if not isinstance(parsed, dict):
             errors.add("spec", "must be a JSON object")
+            return {}, errors
+        if (bad := unencodable_path(parsed)) is not None:
+            # JSON escapes can spell text no page or database can hold: refuse it before it is shown again.
+            errors.add(bad if bad != "non_field_errors" else "spec", UNENCODABLE)
             return {}, errors
         return parsed, errors
 

@@ -22,9 +22,11 @@ from django.db import transaction
 from access import audit
 from access.models import Role, Team
 from access.permissions import require_role
+from pipelines import dlq_owners
 from pipelines.dsl import Message, Outcome, evaluate_destination
 from pipelines.models import Pipeline, PipelineRevision
-from pipelines.spec import PipelineSpec, parse_spec
+from pipelines.spec import PipelineSpec, SpecError, parse_spec
+from streamforge_core.text import UNENCODABLE, is_encodable, unencodable_path
 
 
 def spec_text(spec: Mapping[str, Any]) -> str:
@@ -50,6 +52,7 @@ def create_pipeline(*, actor: User, name: str, team: Team, spec: object, descrip
     """
     require_role(actor, team, Role.ADMIN)
     validated = parse_spec(spec, pipeline_name=name)
+    _claim_dlq_topic(validated, pipeline=None)
     pipeline = Pipeline.objects.create(name=name, team=team, description=description)
     _add_revision(pipeline=pipeline, actor=actor, spec=validated, comment="created")
     audit.record(
@@ -79,6 +82,7 @@ def revise_pipeline(
     require_role(actor, pipeline.team, Role.ADMIN)
     locked = Pipeline.objects.select_for_update().get(pk=pipeline.pk)  # serialises revision numbering
     validated = parse_spec(spec, pipeline_name=locked.name)
+    _claim_dlq_topic(validated, pipeline=locked)
     current = locked.current_revision
     if description is not None and description != locked.description:
         locked.description = description
@@ -98,6 +102,15 @@ def revise_pipeline(
     )
     pipeline.refresh_from_db()
     return revision
+
+
+def _claim_dlq_topic(spec: PipelineSpec, *, pipeline: Pipeline | None) -> None:
+    """Refuse a DLQ topic another pipeline or a registered extra DLQ topic already owns (``dlq_owners``);
+    the lock held until the caller's transaction ends keeps a concurrent claim from taking it meanwhile."""
+    dlq_owners.serialise_claims()
+    problem = dlq_owners.dlq_topic_taken(spec.dlq.topic, pipeline=pipeline)
+    if problem is not None:
+        raise SpecError({"dlq.topic": [problem]})
 
 
 class PipelineBusy(Exception):
@@ -186,20 +199,28 @@ def sample_message(raw: Mapping[str, Any], *, index: int = 0) -> Message:
             raise SampleError(index, "value_base64", "is not valid base64") from None
     elif "value" not in raw or raw["value"] is None:
         value = None
+    elif (bad := unencodable_path(raw["value"], "value")) is not None:
+        raise SampleError(index, bad, UNENCODABLE)
     elif isinstance(raw["value"], str):
-        value = raw["value"].encode("utf-8", "surrogatepass")
+        value = raw["value"].encode("utf-8")
     else:
         value = json.dumps(raw["value"], separators=(",", ":"), ensure_ascii=False).encode()
     key = raw.get("key")
     if key is not None and not isinstance(key, str):
         raise SampleError(index, "key", "must be a string or null")
+    if key is not None and not is_encodable(key):
+        raise SampleError(index, "key", UNENCODABLE)
     headers_raw = raw.get("headers") or {}
     if not isinstance(headers_raw, Mapping):
         raise SampleError(index, "headers", "must be an object of header name to text")
     headers: list[tuple[str, bytes | None]] = []
     for name, text in headers_raw.items():
+        if not is_encodable(str(name)):
+            raise SampleError(index, "headers", f"a header name {UNENCODABLE}")
         if text is not None and not isinstance(text, str):
             raise SampleError(index, f"headers.{name}", "must be a string or null")
+        if text is not None and not is_encodable(text):
+            raise SampleError(index, f"headers.{name}", UNENCODABLE)
         headers.append((str(name), text.encode() if text is not None else None))
     timestamp = raw.get("timestamp")
     if timestamp is not None and (isinstance(timestamp, bool) or not isinstance(timestamp, int)):

@@ -46,12 +46,11 @@ from pipelines.dsl import (
     parse_timestamp,
     parse_transform,
 )
+from streamforge_core.kafka import topic_name_problem
+from streamforge_core.text import UNENCODABLE, unencodable_path
 
-# Kafka's own rule for topic names (org.apache.kafka.common.internals.Topic): at most 249 characters of
-# ASCII letters, digits, '.', '_' and '-', and not "." or "..".
-TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-HEADER_NAME_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+HEADER_NAME_RE = re.compile(r"[\x21-\x7e]{1,255}")
 
 DeliveryMode = Literal["at_least_once", "effectively_once", "at_most_once"]
 DELIVERY_MODES: tuple[DeliveryMode, ...] = ("at_least_once", "effectively_once", "at_most_once")
@@ -257,9 +256,7 @@ def _kind_name(kinds: tuple[type, ...]) -> str:
 
 
 def _topic(value: str) -> str | None:
-    if not TOPIC_RE.match(value) or value in {".", ".."}:
-        return "not a valid Kafka topic name (1-249 characters of letters, digits, '.', '_', '-')"
-    return None
+    return topic_name_problem(value)
 
 
 def _between(low: float, high: float) -> Callable[[Any], str | None]:
@@ -294,6 +291,10 @@ def parse_spec(data: object, *, pipeline_name: str) -> PipelineSpec:
     reader = _Reader()
     if not isinstance(data, Mapping):
         raise SpecError({"spec": ["must be a JSON object"]})
+    # Every string of a spec is encoded to UTF-8 (the database, the driver, Kafka headers): refuse text that
+    # cannot be, at its field, before any other rule looks at it.
+    if (bad := unencodable_path(data)) is not None:
+        raise SpecError({bad if bad != "non_field_errors" else "spec": [UNENCODABLE]})
     reader.unknown(data, {"source", "destinations", "delivery", "retry", "dlq", "error_handling"}, "")
 
     src = reader.section(data, "source", "")
@@ -344,7 +345,9 @@ def parse_spec(data: object, *, pipeline_name: str) -> PipelineSpec:
             path,
             str,
             f"dest-{i}",
-            check=lambda v: None if NAME_RE.match(v) else "use 1-63 lowercase letters, digits, '-' or '_'",
+            check=lambda v: (
+                None if NAME_RE.fullmatch(v) else "use 1-63 lowercase letters, digits, '-' or '_'"
+            ),
         )
         if name in seen_names:
             reader.error(f"{path}.name", f"duplicate destination name {name!r}")
@@ -443,7 +446,7 @@ def _string_map(reader: _Reader, raw: Mapping[str, Any], key: str, path: str) ->
     result: dict[str, str] = {}
     for name, item in value.items():
         where = f"{path}.{key}.{name}"
-        if not HEADER_NAME_RE.match(str(name)):
+        if not HEADER_NAME_RE.fullmatch(str(name)):
             reader.error(where, "header names are 1-255 printable ASCII characters without spaces")
         elif not isinstance(item, str):
             reader.error(where, "must be a string")

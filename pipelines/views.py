@@ -35,6 +35,7 @@ from pipelines.services import (
     spec_text,
 )
 from pipelines.spec import SpecError, parse_spec
+from streamforge_core.text import UNENCODABLE, unencodable_path
 
 #: Seconds of history the pipeline page's charts start with (the websocket extends them live).
 CHART_RANGE_SECONDS = 900
@@ -291,6 +292,8 @@ def draft_dry_run_request(request: HttpRequest) -> JsonResponse:
         return JsonResponse(
             {"errors": {"messages": [f"at most {MAX_DRY_RUN_MESSAGES} messages"]}}, status=400
         )
+    if (bad := unencodable_path(raw_messages, "messages")) is not None:
+        return JsonResponse({"errors": {bad: [UNENCODABLE]}}, status=400)
     return JsonResponse({"spec": draft, "messages": raw_messages})
 
 

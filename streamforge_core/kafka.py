@@ -8,12 +8,14 @@ needs (the bootstrap servers today; TLS and SASL settings later) is added to ``K
 once and reaches the driver, the writer, DLQ ingest, replay, lag reads, topic administration, chaos and bench.
 
 Also here: one ``Record`` (a consumed record as plain data), the one list of transient errors with
-``is_transient`` and ``retrying``, and ``record_size``, the size rule the writer and the accounting share.
+``is_transient`` and ``retrying``, ``record_size``, the size rule the writer and the accounting share, and
+``topic_name_problem``, Kafka's own rule for topic names, which every topic a user names is checked with.
 Plain Python on confluent-kafka: no Django, no pyspark.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +25,26 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException,
 
 #: librdkafka's client settings (string keys such as ``linger.ms``; values as librdkafka takes them).
 ClientConfig = dict[str, Any]
+
+
+#: Kafka's longest topic name (``org.apache.kafka.common.internals.Topic.MAX_NAME_LENGTH``).
+TOPIC_NAME_MAX = 249
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def topic_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a legal Kafka topic name, or None when it is: Kafka's own rule
+    (``org.apache.kafka.common.internals.Topic.validate``): 1 to 249 ASCII letters, digits, '.', '_' and
+    '-', and neither "." nor "..". The broker refuses anything else, so it is refused before it gets there."""
+    if not name:
+        return "a topic name is required"
+    if len(name) > TOPIC_NAME_MAX:
+        return f"a Kafka topic name is at most {TOPIC_NAME_MAX} characters"
+    if name in {".", ".."}:
+        return 'a Kafka topic may not be named "." or ".."'
+    if not _TOPIC_NAME.fullmatch(name):
+        return "not a valid Kafka topic name (only ASCII letters, digits, '.', '_' and '-')"
+    return None
 
 
 @dataclass(frozen=True)

@@ -284,6 +284,13 @@ REST_FRAMEWORK = {
     # The client address DRF throttles by: the proxy-appended X-Forwarded-For entry, never a client's own.
     "NUM_PROXIES": PROXY_COUNT,
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # JSON whose every string is encodable as UTF-8 (a lone surrogate is a 400 naming its field); forms and
+    # multipart cannot carry one (Django decodes them with replacement characters).
+    "DEFAULT_PARSER_CLASSES": [
+        "streamforge_web.parsers.Utf8JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",

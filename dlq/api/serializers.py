@@ -44,6 +44,7 @@ from dlq.services import (
     runbooks_for,
 )
 from pipelines.spec import DestinationConfig
+from streamforge_core.text import UNENCODABLE, unencodable_path
 
 
 class DeadLetterListSerializer(serializers.ModelSerializer[DeadLetter]):
@@ -95,6 +96,11 @@ class PayloadField(serializers.Field):  # type: ignore[type-arg]
     """A new payload: a JSON value (stored compactly), or a string taken as the raw text."""
 
     def to_internal_value(self, data: Any) -> bytes:
+        bad = unencodable_path(data)
+        if bad is not None:  # the JSON parser refuses this already; the field holds on its own too
+            raise serializers.ValidationError(
+                f"{bad}: {UNENCODABLE}" if bad != "non_field_errors" else UNENCODABLE
+            )
         if isinstance(data, str):
             return data.encode("utf-8")
         return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode("utf-8")

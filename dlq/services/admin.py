@@ -14,7 +14,9 @@ from access.models import Role, Team
 from access.permissions import require_role
 from dlq.models import DlqTopic, FailureGroup, Runbook, RunbookAction
 from dlq.services.errors import InvalidRequest
+from pipelines import dlq_owners
 from pipelines.models import Pipeline
+from streamforge_core.kafka import topic_name_problem
 
 
 def register_topic(
@@ -22,17 +24,23 @@ def register_topic(
 ) -> DlqTopic:
     """Have the ingester read an extra DLQ topic (e.g. one written by Kafka Connect or Spring Kafka) for
     ``team``, optionally for one of its pipelines: the topic's records then belong to them, whatever their
-    headers say. Needs the admin role. Raises InvalidRequest for an empty or duplicate topic, or a pipeline
-    of another team."""
+    headers say. Needs the admin role. Raises InvalidRequest for a topic name Kafka would refuse, a topic
+    already registered, one a pipeline (of any team) writes its dead letters to (a DLQ topic has one owner,
+    ``pipelines.dlq_owners``), or a pipeline of another team."""
     require_role(actor, team, Role.ADMIN)
     name = topic.strip()
-    if not name:
-        raise InvalidRequest("topic", "a topic name is required")
+    if (problem := topic_name_problem(name)) is not None:
+        raise InvalidRequest("topic", problem)
     if pipeline is not None and pipeline.team_id != team.pk:
         raise InvalidRequest("pipeline", f"pipeline {pipeline.name} belongs to another team")
     with transaction.atomic():
+        dlq_owners.serialise_claims()
         if DlqTopic.objects.filter(topic=name).exists():
             raise InvalidRequest("topic", f"{name} is already registered")
+        if (owner := dlq_owners.pipeline_using_dlq_topic(name)) is not None:
+            raise InvalidRequest(
+                "topic", f"{name} is the DLQ topic of pipeline {owner.name}; it is read already"
+            )
         row = DlqTopic.objects.create(
             topic=name, team=team, pipeline=pipeline, description=description, created_by=actor
         )
@@ -44,6 +52,13 @@ def register_topic(
             details={"team": team.name, "pipeline": pipeline.name if pipeline else None},
         )
     return row
+
+
+def registered_topic_owner(topic: str) -> str | None:
+    """Who reads ``topic`` as a registered extra DLQ topic ("the extra DLQ topic registered for team X"),
+    or None (``pipelines.dlq_owners`` asks this before a pipeline claims a DLQ topic)."""
+    row = DlqTopic.objects.filter(topic=topic).select_related("team").first()
+    return None if row is None else f"the extra DLQ topic registered for team {row.team.name}"
 
 
 def save_runbook(

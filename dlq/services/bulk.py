@@ -61,6 +61,7 @@ from dlq.services.replays import (
     replay_record,
     resolve_in_doubt,
 )
+from streamforge_core.kafka import topic_name_problem
 
 #: The Celery task that runs a bulk action (``dlq.tasks.run_bulk``), called by name.
 RUN_BULK_TASK = "dlq.run_bulk"
@@ -261,6 +262,8 @@ def create_bulk(
         raise InvalidRequest("reason", "a bulk action needs a reason")
     if rate_limit < 0 or rate_limit > 10_000:
         raise InvalidRequest("rate_limit", "messages per second, 0 (unlimited) to 10000")
+    if target_topic.strip() and (problem := topic_name_problem(target_topic.strip())) is not None:
+        raise InvalidRequest("target_topic", problem)
     qs = _bulk_queryset(actor, selection)
     teams = list(qs.order_by().values_list("team", flat=True).distinct()[:2])
     if not teams:

@@ -32,6 +32,7 @@ from dlq.services.kafka_io import OutgoingRecord
 from dlq.services.rendering import decode_headers
 from pipelines.spec import SpecError
 from streamforge_core import contract as c
+from streamforge_core.kafka import topic_name_problem
 
 #: A replay whose broker answer is known: the dead letter, its Replay row, and the produced record.
 Answered = tuple[DeadLetter, Replay, OutgoingRecord]
@@ -82,6 +83,9 @@ def _target_topic(actor: User, dead_letter: DeadLetter, requested: str) -> str:
         raise InvalidRequest(
             "target_topic", "the record does not say its source topic; choose a target topic"
         )
+    # The source topic comes from the record's headers: data, so it is checked like a typed name.
+    if (problem := topic_name_problem(target)) is not None:
+        raise InvalidRequest("target_topic", problem)
     if target == dead_letter.dlq_topic:
         raise InvalidRequest("target_topic", "replaying into the DLQ topic itself would only park it again")
     allowed = set() if is_admin(actor) else allowed_targets(dead_letter)

@@ -81,7 +81,7 @@ def test_an_anonymous_socket_is_closed_before_joining_anything(admin_user, team)
 def test_the_list_socket_forwards_only_the_users_teams_pipelines(admin_user, team):
     create_pipeline(actor=admin_user, name="mine", team=team, spec=github_spec())
     other_team = TeamFactory(name="other-team")
-    create_pipeline(actor=admin_user, name="theirs", team=other_team, spec=github_spec())
+    create_pipeline(actor=admin_user, name="theirs", team=other_team, spec=github_spec(dlq="theirs.dlq"))
     operator = member(team, Role.OPERATOR, username="oti")
 
     async def scenario():

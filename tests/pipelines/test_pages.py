@@ -87,7 +87,10 @@ def test_another_teams_start_is_a_404_and_changes_nothing(stranger, pipeline):
 
 def test_the_overview_lists_only_the_users_teams_pipelines(viewer, stranger, admin_user, pipeline):
     other = create_pipeline(
-        actor=admin_user, name="elsewhere", team=stranger.memberships.get().team, spec=github_spec()
+        actor=admin_user,
+        name="elsewhere",
+        team=stranger.memberships.get().team,
+        spec=github_spec(dlq="elsewhere.dlq"),  # a DLQ topic has one owner
     )
     body = logged_in(viewer).get("/").content.decode()
     assert 'data-pipeline="github"' in body
