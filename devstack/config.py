@@ -49,6 +49,13 @@ class Profile:
         return f"redis://127.0.0.1:{self.redis_port}/0"
 
     @property
+    def postgres_dir(self) -> Path:
+        """The stack's own PostgreSQL: ``.stack/postgres/<name>/``, beside the state folder rather than in
+        it: the state folder is private to its owner (0700), and the cluster belongs to the unprivileged user
+        that runs PostgreSQL, who must be able to reach it (its own folder is 0700 too)."""
+        return REPO_ROOT / ".stack" / "postgres" / self.name
+
+    @property
     def uses_postgres(self) -> bool:
         """Whether this stack runs its own PostgreSQL (``STREAMFORGE_DB=postgres``; SQLite otherwise).
         Raises ValueError for any other value, so a typo never silently falls back to SQLite."""
@@ -60,11 +67,11 @@ class Profile:
     @property
     def database_url(self) -> str:
         """``DATABASE_URL`` from the environment when set; else the stack's own PostgreSQL (``STREAMFORGE_DB=
-        postgres``, its password kept in the state folder), else a SQLite file in the state folder."""
+        postgres``, its password kept in ``postgres_dir``), else a SQLite file in the state folder."""
         if os.environ.get("DATABASE_URL"):
             return os.environ["DATABASE_URL"]
         if self.uses_postgres:
-            password_file = self.state_dir / "postgres" / "password"
+            password_file = self.postgres_dir / "password"
             password = password_file.read_text().strip() if password_file.exists() else ""
             return f"postgres://streamforge:{password}@127.0.0.1:{self.postgres_port}/streamforge"
         return f"sqlite:///{self.state_dir / 'db.sqlite3'}"

@@ -392,10 +392,10 @@ def _postgres_user() -> list[str]:
 
 
 def _postgres(profile: Profile) -> Service:
-    """The stack's own PostgreSQL (``STREAMFORGE_DB=postgres``): a cluster in ``<state>/postgres/data`` owned
+    """The stack's own PostgreSQL (``STREAMFORGE_DB=postgres``): a cluster in ``.stack/postgres/<profile>/data`` owned
     by the unprivileged user that runs it, listening on 127.0.0.1 only, password (scram-sha-256) kept in
-    ``<state>/postgres/password`` (0600), database ``streamforge`` owned by role ``streamforge``."""
-    home = profile.state_dir / "postgres"
+    ``<postgres_dir>/password`` (0600), database ``streamforge`` owned by role ``streamforge``."""
+    home = profile.postgres_dir
     data_dir, run_dir, password_file = home / "data", home / "run", home / "password"
 
     def chown(path: Path) -> None:

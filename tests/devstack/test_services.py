@@ -108,7 +108,7 @@ def test_postgres_runs_as_an_unprivileged_user_on_its_own_port_and_serves_the_st
         owners = {p.username() for p in [server, *server.children(recursive=True)] if p.name() == "postgres"}
         assert owners, "no postgres process found"
         assert "root" not in owners, owners
-        password = (root / ".stack" / "unit-pg" / "postgres" / "password").read_text().strip()
+        password = (root / ".stack" / "postgres" / "unit-pg" / "password").read_text().strip()
         with psycopg.connect(
             host="127.0.0.1",
             port=profile.postgres_port,
