@@ -9,3 +9,9 @@ class AccessConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "access"
     verbose_name = "People and audit"
+
+    def ready(self) -> None:
+        """Audit every change to people, memberships, teams and API tokens (``access.people_audit``)."""
+        from access import checks, people_audit  # noqa: F401  # importing checks registers them
+
+        people_audit.connect()

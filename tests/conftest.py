@@ -4,6 +4,7 @@ Kafka on 127.0.0.1:19092 and Redis on 127.0.0.1:16379, passed in through the env
 from __future__ import annotations
 
 import logging
+import secrets
 import shutil
 import socket
 import subprocess
@@ -20,6 +21,13 @@ from streamforge_core.kafka import KafkaConnection, admin_config
 
 # py4j logs at INFO from finalizers after pytest has closed its streams; nothing there is worth reading.
 logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+@pytest.fixture(autouse=True)
+def _own_audit_chain(settings) -> None:
+    """Each test its own audit key, and so its own chain in the anchors (they name a chain by its key): the
+    test database starts empty, but the Kafka anchor topic and Redis outlive it and are shared by every run."""
+    settings.AUDIT_KEY = secrets.token_urlsafe(48)
 
 
 @pytest.fixture(scope="session")

@@ -82,8 +82,9 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet[AuditEvent]):
 
 
 class AuditVerifyView(APIView):
-    """``GET /api/audit/verify/``: recompute the whole chain (O(n)); ``ok: false`` names the first broken
-    event. Any signed-in user may ask: the answer reveals no event contents."""
+    """``GET /api/audit/verify/``: recompute the whole chain (O(n)) and compare it with its anchors.
+    ``status`` is ``ok``, ``broken`` (``broken_at`` names the first bad event) or ``unverified`` (an anchor
+    could not be read or is behind). Any signed-in user may ask: the answer reveals no event contents."""
 
     @extend_schema(responses={200: ChainReportSerializer})
     def get(self, request: Request) -> Response:
