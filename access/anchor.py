@@ -32,11 +32,8 @@ from streamforge_core.kafka import KafkaConnection, admin_config, consumer_confi
 log = logging.getLogger(__name__)
 
 _REDIS_PREFIX = "streamforge:audit:anchor:"
-#: Seconds a verify waits for Kafka (metadata, watermarks, reading back) before answering "unverified".
-READ_TIMEOUT = 10.0
-#: Seconds a commit hook waits to create the topic; after a failure no new attempt for RETRY_AFTER seconds, so
-#: a broker that is down costs a mutation at most this once per RETRY_AFTER.
-CREATE_TIMEOUT = 5.0
+#: After a failure to create the topic, no new attempt for this many seconds, so a broker that is down costs a
+#: mutation's commit hook at most ``settings.AUDIT_ANCHOR_TIMEOUT`` seconds once per RETRY_AFTER.
 RETRY_AFTER = 30.0
 #: Seconds librdkafka keeps trying to deliver one anchor record before giving up (and logging it).
 DELIVERY_TIMEOUT_MS = 60_000
@@ -70,7 +67,12 @@ def _state() -> _KafkaState:
         return _kafka.setdefault(key, _KafkaState())
 
 
-def ensure_topic(conn: KafkaConnection, topic: str, *, timeout: float = CREATE_TIMEOUT) -> None:
+def _timeout() -> float:
+    """Seconds to wait for Kafka to answer (``STREAMFORGE_AUDIT_ANCHOR_TIMEOUT``)."""
+    return float(settings.AUDIT_ANCHOR_TIMEOUT)
+
+
+def ensure_topic(conn: KafkaConnection, topic: str, *, timeout: float) -> None:
     """Create the anchor topic (one partition, delete policy, kept forever) unless it exists; raises
     KafkaException when the broker does not answer in ``timeout`` seconds."""
     admin = AdminClient(admin_config(conn, extra={"socket.timeout.ms": int(timeout * 1000)}))
@@ -94,7 +96,7 @@ def _producer(state: _KafkaState) -> Producer | None:
         return None
     conn = _connection()
     try:
-        ensure_topic(conn, str(settings.AUDIT_ANCHOR_TOPIC))
+        ensure_topic(conn, str(settings.AUDIT_ANCHOR_TOPIC), timeout=_timeout())
     except (KafkaException, TimeoutError) as exc:  # never let the anchor fail a committed mutation
         state.retry_at = time.monotonic() + RETRY_AFTER
         log.warning("audit anchor topic %s unavailable: %s", settings.AUDIT_ANCHOR_TOPIC, exc)
@@ -171,12 +173,14 @@ def read_redis(chain: str) -> Point | None:
     return int(sequence), event_hash
 
 
-def read_kafka(chain: str, *, timeout: float = READ_TIMEOUT) -> dict[int, str]:
+def read_kafka(chain: str) -> dict[int, str]:
     """Every (sequence -> hash) anchored in Kafka for ``chain``, read from the start of the topic; for a
     sequence anchored twice the first record counts (a later one cannot overwrite history). An empty dict when
-    the topic does not exist. AnchorUnavailable when the broker does not answer within ``timeout`` seconds.
+    the topic does not exist. AnchorUnavailable when the broker does not answer, or stops sending records, for
+    ``settings.AUDIT_ANCHOR_TIMEOUT`` seconds.
 
     First waits for this process's own pending anchor records, so a verify right after a mutation sees it."""
+    timeout = _timeout()
     state = _state()
     if state.producer is not None:
         state.producer.flush(timeout)
@@ -190,21 +194,15 @@ def read_kafka(chain: str, *, timeout: float = READ_TIMEOUT) -> dict[int, str]:
         )
     )
     try:
-        return _read_all(consumer, topic, chain.encode(), deadline=time.monotonic() + timeout)
+        return _read_all(consumer, topic, chain.encode(), timeout=timeout)
     except KafkaException as exc:
         raise AnchorUnavailable(f"the Kafka anchor {topic} could not be read ({exc.args[0]})") from exc
     finally:
         consumer.close()
 
 
-def _read_all(consumer: Consumer, topic: str, chain: bytes, *, deadline: float) -> dict[int, str]:
-    def left() -> float:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "reading the anchor took too long"))
-        return remaining
-
-    metadata = consumer.list_topics(topic, timeout=left()).topics.get(topic)
+def _read_all(consumer: Consumer, topic: str, chain: bytes, *, timeout: float) -> dict[int, str]:
+    metadata = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
     if metadata is None or (
         metadata.error is not None and metadata.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
     ):
@@ -214,7 +212,7 @@ def _read_all(consumer: Consumer, topic: str, chain: bytes, *, deadline: float) 
     ends: dict[int, int] = {}
     assignment = []
     for partition in metadata.partitions:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=left())
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
         if high > low:
             ends[partition] = high
             assignment.append(TopicPartition(topic, partition, low))
@@ -222,10 +220,15 @@ def _read_all(consumer: Consumer, topic: str, chain: bytes, *, deadline: float) 
     if not assignment:
         return points
     consumer.assign(assignment)
+    # The whole topic may take a while to read; what is bounded is the wait for the next record.
+    idle_until = time.monotonic() + timeout
     while ends:
-        message = consumer.poll(min(1.0, left()))
+        message = consumer.poll(1.0)
         if message is None:
+            if time.monotonic() > idle_until:
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "the anchor stopped sending records"))
             continue
+        idle_until = time.monotonic() + timeout
         if message.error() is not None:
             raise KafkaException(message.error())
         partition, offset = message.partition(), message.offset()

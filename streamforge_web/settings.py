@@ -17,6 +17,7 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | STREAMFORGE_STATE_DIR | <repo>/.stack/dev | checkpoints, driver logs, the debug secret and audit keys |
 | STREAMFORGE_AUDIT_KEY | (required unless debug) | HMAC key of the audit hash chain (32+ characters, not the secret key); in debug a random key kept in the state folder |
 | STREAMFORGE_AUDIT_TOPIC | streamforge.audit-anchor | Kafka topic each audit event's sequence and hash are appended to (the anchor `verify` compares with) |
+| STREAMFORGE_AUDIT_ANCHOR_TIMEOUT | 5 | seconds the audit anchor waits for Kafka (creating its topic, reading it back) before giving up |
 | STREAMFORGE_HTTPS | not debug | secure cookies, HSTS and the HTTPS redirect |
 | STREAMFORGE_RECONCILE_SECONDS | 5 | how often the beat compares desired and actual pipeline state |
 | STREAMFORGE_START_TIMEOUT | 300 | seconds a new driver may take to send its first heartbeat |
@@ -68,6 +69,7 @@ SECRET_KEY = env_str("DJANGO_SECRET_KEY", None if not DEBUG else "") or _debug_k
 # cannot re-hash an edited event. Its own key, not SECRET_KEY, so either can be rotated without the other.
 AUDIT_KEY = env_str("STREAMFORGE_AUDIT_KEY", None if not DEBUG else "") or _debug_key("audit_key")
 AUDIT_ANCHOR_TOPIC = env_str("STREAMFORGE_AUDIT_TOPIC", "streamforge.audit-anchor")
+AUDIT_ANCHOR_TIMEOUT = env_int("STREAMFORGE_AUDIT_ANCHOR_TIMEOUT", 5, minimum=1)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 

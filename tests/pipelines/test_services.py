@@ -43,6 +43,22 @@ def test_a_change_makes_a_new_current_revision_with_a_readable_diff(
     assert verify_chain().ok
 
 
+def test_a_description_only_change_is_audited(admin_user, team):
+    pipeline = create_pipeline(actor=admin_user, name="github", team=team, spec=github_spec())
+    revision = revise_pipeline(
+        actor=admin_user, pipeline=pipeline, spec=github_spec(), description="GitHub pushes", comment="docs"
+    )
+    assert revision.number == 1
+    event = AuditEvent.objects.filter(target_type="pipeline").order_by("-sequence").first()
+    assert (event.action, event.target_id, event.actor_name, event.reason) == (
+        "pipeline.describe",
+        "github",
+        "ada",
+        "docs",
+    )
+    assert event.details == {"revision": 1, "description_before": "", "description": "GitHub pushes"}
+
+
 def test_an_unchanged_spec_makes_no_new_revision(admin_user, team):
     pipeline = create_pipeline(actor=admin_user, name="github", team=team, spec=github_spec())
     assert revise_pipeline(actor=admin_user, pipeline=pipeline, spec=github_spec()).number == 1
