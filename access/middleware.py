@@ -30,6 +30,6 @@ def current_actor() -> User | None:
     """The signed-in user of the request being served, or None (a worker, a management command, anonymous)."""
     request = _request.get()
     user = getattr(request, "user", None) if request is not None else None
-    if user is None or not user.is_authenticated or not isinstance(user, User):
-        return None
-    return user
+    if isinstance(user, User) and user.is_authenticated:
+        return user
+    return None

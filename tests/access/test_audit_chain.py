@@ -7,7 +7,9 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
+from collections.abc import Mapping
 from dataclasses import asdict
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -44,7 +46,7 @@ def _unreachable() -> str:
         return f"127.0.0.1:{sock.getsockname()[1]}"
 
 
-def _sha256(row: dict[str, object]) -> str:
+def _sha256(row: Mapping[str, Any]) -> str:
     """What the chain's hash was before it had a key: anyone with the code can compute it."""
     body = {
         name: row[name]
@@ -62,7 +64,7 @@ def _sha256(row: dict[str, object]) -> str:
             "prev_hash",
         )
     }
-    body["created_at"] = row["created_at"].isoformat()  # type: ignore[attr-defined]
+    body["created_at"] = row["created_at"].isoformat()
     body["details"] = json.loads(row["details"]) if isinstance(row["details"], str) else row["details"]
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
