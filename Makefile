@@ -49,6 +49,7 @@ types: venv
 
 check-deploy: venv
 	DJANGO_DEBUG=false DJANGO_SECRET_KEY=$$($(PY) -c 'import secrets; print(secrets.token_urlsafe(50))') \
+	  STREAMFORGE_AUDIT_KEY=$$($(PY) -c 'import secrets; print(secrets.token_urlsafe(48))') \
 	  $(PY) manage.py check --deploy --fail-level WARNING
 
 # The test services run on their own ports (Kafka 19092, Redis 16379) so a running demo is not disturbed;

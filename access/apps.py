@@ -11,9 +11,14 @@ class AccessConfig(AppConfig):
     verbose_name = "People and audit"
 
     def ready(self) -> None:
-        """Record each log-in lockout django-axes declares in the audit log."""
+        """Record each log-in lockout django-axes declares in the audit log, and audit every change to
+        people, memberships, teams and API tokens (``access.people_audit``)."""
         from axes.signals import user_locked_out
 
         from access.lockout import record_lockout
 
         user_locked_out.connect(record_lockout, dispatch_uid="access.record_lockout")
+
+        from access import checks, people_audit  # noqa: F401  # importing checks registers them
+
+        people_audit.connect()

@@ -1,13 +1,18 @@
 """The append-only, hash-chained audit log: ``record`` one event per mutation, ``verify_chain`` to prove no
 event was edited or removed.
 
-Each event's hash is SHA-256 over the canonical JSON (sorted keys, no spaces) of its fields and the previous
-event's hash; the first event's predecessor is 64 zeros. Call ``record`` inside the mutation's own
-transaction so the change and its audit event commit or roll back together.
+Each event's hash is HMAC-SHA256, under ``settings.AUDIT_KEY``, of the canonical JSON (sorted keys, no spaces)
+of its fields and the previous event's hash; the first event's predecessor is 64 zeros. The key never enters
+the database, so someone who can write the database cannot re-hash an event they edited. Events written
+before the key existed keep their plain SHA-256 (``scheme`` sha256): they verify as legacy, and are protected
+by the keyed events after them (whose HMAC covers the link to them). A legacy event after a keyed one is a
+rewrite. Call ``record`` inside the mutation's own transaction so the change and its event commit together.
 
-A chain alone cannot show that its newest events were cut off (the rest still links up). So after each
-commit the newest sequence number and hash are also written to Redis, outside the database (the anchor);
-``verify_chain`` then reports a log that ends before its anchor, or whose anchored event changed.
+A chain alone cannot show that its newest events were cut off, nor that all of it was re-hashed by someone who
+has the key. So after each commit every event's sequence number and hash are also appended to a Kafka topic and
+the newest to Redis (``access.anchor``); ``verify_chain`` reads them back and names the first event that is
+missing or differs. When an anchor cannot be read, or has not seen the newest events yet, the answer is
+"unverified", never ok.
 
 Who may read one object's trail is declared by the app that owns the object: each app registers its
 ``target_type`` names with ``register_target`` in its ``AppConfig.ready()``, and ``target_visible`` answers
@@ -17,26 +22,24 @@ from that registry, so this module never imports the apps above it.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from functools import lru_cache
+from typing import Any, Literal
 
-import redis
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import IntegrityError, transaction
 from django.db.models import Model
 from django.utils import timezone
 
-from access.models import AuditEvent
+from access import anchor
+from access.models import AuditEvent, HashScheme
 from access.permissions import AnyUser, visible_teams
-from streamforge_core import redis_client
 
 GENESIS = "0" * 64
-_ANCHOR_PREFIX = "streamforge:audit:anchor:"
-log = logging.getLogger(__name__)
 
 
 def digest(value: Any) -> str:
@@ -48,7 +51,18 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def _event_hash(event: AuditEvent) -> str:
+def _key() -> bytes:
+    return str(settings.AUDIT_KEY).encode()
+
+
+@lru_cache(maxsize=8)
+def key_id(key: bytes) -> str:
+    """A fingerprint of the audit key (16 hex digits), stored with each event and naming the chain in its
+    anchors; it does not reveal the key."""
+    return hmac.new(key, b"streamforge audit key id", hashlib.sha256).hexdigest()[:16]
+
+
+def _event_hash(event: AuditEvent, key: bytes) -> str:
     body = {
         "sequence": event.sequence,
         "created_at": event.created_at.isoformat(),
@@ -64,7 +78,10 @@ def _event_hash(event: AuditEvent) -> str:
         "request_id": event.request_id,
         "prev_hash": event.prev_hash,
     }
-    return hashlib.sha256(_canonical(body).encode()).hexdigest()
+    if event.scheme == HashScheme.LEGACY:  # exactly what was hashed before the key existed
+        return hashlib.sha256(_canonical(body).encode()).hexdigest()
+    body.update(scheme=event.scheme, key_id=event.key_id)
+    return hmac.new(key, _canonical(body).encode(), hashlib.sha256).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -111,6 +128,8 @@ def record_many(*, actor: User | AnonymousUser | None, entries: list[Entry]) -> 
         return []
     user = actor if actor is not None and actor.is_authenticated else None
     name = user.get_username() if user is not None else "system"
+    key = _key()
+    kid = key_id(key)
     for _ in range(5):
         try:
             with transaction.atomic():
@@ -134,99 +153,116 @@ def record_many(*, actor: User | AnonymousUser | None, entries: list[Entry]) -> 
                         details=entry.details or {},
                         request_id=entry.request_id,
                         prev_hash=prev_hash,
+                        scheme=HashScheme.HMAC,
+                        key_id=kid,
                     )
-                    event.hash = prev_hash = _event_hash(event)
+                    event.hash = prev_hash = _event_hash(event, key)
                     events.append(event)
                 AuditEvent.objects.bulk_create(events)
-                genesis = events[0].hash if events[0].sequence == 1 else _genesis_hash()
-                last = events[-1]
-                transaction.on_commit(lambda: _anchor(genesis, last.sequence, last.hash))  # noqa: B023  # returns next
+                points = [(event.sequence, event.hash) for event in events]
+                transaction.on_commit(lambda: anchor.publish(kid, points))  # noqa: B023  # returns next
                 return events
         except IntegrityError:
             continue
     raise IntegrityError("could not append to the audit chain: other writers kept appending first")
 
 
-def _genesis_hash() -> str:
-    return AuditEvent.objects.filter(sequence=1).values_list("hash", flat=True).first() or GENESIS
-
-
-def _redis() -> redis.Redis:
-    """One client (and connection pool) per process and Redis URL: making a client costs ~2 ms, which a
-    bulk action appending thousands of events would pay per event."""
-    return redis_client.shared(settings.REDIS_URL, timeout=2)
-
-
-def _anchor(genesis: str, sequence: int, event_hash: str) -> None:
-    """Remember the newest event outside the database. The key names the chain by its first event, so
-    separate databases (or a test's fresh one) never share an anchor."""
-    key = _ANCHOR_PREFIX + genesis
-    try:
-        with _redis().pipeline() as pipe:
-            pipe.zadd(key, {f"{sequence}:{event_hash}": sequence})
-            pipe.zremrangebyrank(key, 0, -6)  # the newest five are plenty
-            pipe.execute()
-    except redis.RedisError as exc:  # the database stays the record; verify says the anchor is behind
-        log.warning("could not anchor audit event #%s: %s", sequence, exc)
-
-
-def _anchored(genesis: str) -> tuple[int, str] | None:
-    """The newest anchored (sequence, hash), None when nothing was anchored; raises RedisError."""
-    newest: list[bytes] = _redis().zrevrange(_ANCHOR_PREFIX + genesis, 0, 0)  # type: ignore[assignment]
-    if not newest:
-        return None
-    sequence, _, event_hash = newest[0].decode().partition(":")
-    return int(sequence), event_hash
-
-
 @dataclass(frozen=True)
 class ChainReport:
-    """``ok`` when every event's hash matches its content and links to its predecessor, and the log reaches
-    its Redis anchor; else the first broken event's sequence number and what is wrong with it.
-    ``anchor`` is ``checked``, ``none`` (nothing anchored yet) or ``unavailable`` (Redis down)."""
+    """The verdict on the audit log. ``status``:
+
+    - ``ok``: every event's hash matches its content under the audit key and links to its predecessor, and
+      both anchors were read and agree with the log up to its newest event;
+    - ``broken``: ``broken_at`` is the first event (by sequence number) that was edited, removed or re-hashed,
+      and ``problem`` says how;
+    - ``unverified``: nothing found wrong, but an anchor could not be read or has not seen the newest events,
+      so a rewrite or a cut-off end could go unnoticed; ``problem`` says why.
+
+    ``ok`` is ``status == "ok"``. ``legacy_events`` counts the events hashed before the audit key existed
+    (unkeyed SHA-256). ``anchor`` is ``checked``, ``none`` (nothing anchored and nothing to anchor),
+    ``behind`` or ``unavailable``; ``anchored`` is the newest sequence number the Kafka anchor holds.
+    """
 
     ok: bool
     events: int
     broken_at: int | None = None
     problem: str = ""
     anchor: str = "checked"
+    status: Literal["ok", "broken", "unverified"] = "ok"
+    legacy_events: int = 0
+    anchored: int | None = None
+
+
+def _broken(events: int, at: int, problem: str, legacy: int, anchored: int | None) -> ChainReport:
+    return ChainReport(False, events, at, problem, "checked", "broken", legacy, anchored)
 
 
 def verify_chain(*, batch_size: int = 2000) -> ChainReport:
-    """Walk the whole log in sequence order, recomputing every hash (O(n), streamed in batches)."""
+    """Walk the whole log in sequence order, recomputing every hash (O(n), streamed in batches), and compare it
+    with both anchors (the Kafka one read from its start: O(anchored events) time and memory)."""
+    key = _key()
+    kid = key_id(key)
+    unavailable: list[str] = []
+    try:
+        kafka: dict[int, str] = anchor.read_kafka(kid)
+    except anchor.AnchorUnavailable as exc:
+        kafka, unavailable = {}, [str(exc)]
+    try:
+        redis_point = anchor.read_redis(kid)
+    except anchor.AnchorUnavailable as exc:
+        redis_point = None
+        unavailable.append(str(exc))
+    anchored = max(kafka, default=None)
+
     expected_prev = GENESIS
-    expected_sequence = 1
-    count = 0
+    count = legacy = 0
+    keyed_seen = False
     for event in AuditEvent.objects.order_by("sequence").iterator(chunk_size=batch_size):
         count += 1
-        if event.sequence != expected_sequence:
-            return ChainReport(False, count, expected_sequence, f"event #{expected_sequence} is missing")
+        if event.sequence != count:
+            return _broken(count, count, f"event #{count} is missing", legacy, anchored)
         if event.prev_hash != expected_prev:
-            return ChainReport(False, count, event.sequence, "does not link to the event before it")
-        if _event_hash(event) != event.hash:
-            return ChainReport(False, count, event.sequence, "content does not match its hash (edited)")
+            return _broken(count, count, "does not link to the event before it", legacy, anchored)
+        if event.scheme == HashScheme.LEGACY:
+            if keyed_seen:
+                problem = "hashed without the audit key after keyed events (re-hashed: the log was rewritten)"
+                return _broken(count, count, problem, legacy, anchored)
+            legacy += 1
+        elif event.scheme != HashScheme.HMAC:
+            return _broken(count, count, f"unknown hash scheme {event.scheme!r}", legacy, anchored)
+        elif event.key_id != kid:
+            problem = f"hashed with another audit key (key id {event.key_id}; the current key's is {kid})"
+            return _broken(count, count, problem, legacy, anchored)
+        else:
+            keyed_seen = True
+        if _event_hash(event, key) != event.hash:
+            return _broken(count, count, "content does not match its hash (edited)", legacy, anchored)
+        if count in kafka and kafka[count] != event.hash:
+            problem = "differs from its Kafka anchor (the log was rewritten)"
+            return _broken(count, count, problem, legacy, anchored)
+        if redis_point is not None and redis_point[0] == count and redis_point[1] != event.hash:
+            problem = "differs from its Redis anchor (the log was rewritten)"
+            return _broken(count, count, problem, legacy, anchored)
         expected_prev = event.hash
-        expected_sequence += 1
-    if count == 0:
-        return ChainReport(True, 0, anchor="none")
-    try:
-        anchored = _anchored(_genesis_hash())
-    except redis.RedisError:
-        return ChainReport(True, count, anchor="unavailable")
-    if anchored is None:
-        return ChainReport(True, count, anchor="none")
-    sequence, anchored_hash = anchored
-    if sequence > count:
+
+    for name, newest in (("Kafka", anchored), ("Redis", redis_point[0] if redis_point else None)):
+        if newest is not None and newest > count:
+            problem = f"events #{count + 1} to #{newest} were removed (the {name} anchor saw #{newest})"
+            return _broken(count, count + 1, problem, legacy, anchored)
+    if unavailable:
         return ChainReport(
-            False,
-            count,
-            count + 1,
-            f"events #{count + 1} to #{sequence} were removed (the anchor saw #{sequence})",
+            False, count, None, "; ".join(unavailable), "unavailable", "unverified", legacy, anchored
         )
-    stored = AuditEvent.objects.filter(sequence=sequence).values_list("hash", flat=True).first()
-    if stored != anchored_hash:
-        return ChainReport(False, count, sequence, "differs from the anchored hash (the log was rewritten)")
-    return ChainReport(True, count)
+    if count > (anchored or 0):
+        first = (anchored or 0) + 1
+        problem = (
+            f"the Kafka anchor has not seen events #{first} to #{count} (it was unreachable when they were "
+            "written); they verify once a later event is anchored"
+        )
+        return ChainReport(False, count, None, problem, "behind", "unverified", legacy, anchored)
+    return ChainReport(
+        True, count, anchor="checked" if count else "none", legacy_events=legacy, anchored=anchored
+    )
 
 
 # ------------------------------------------------------------------------------------------ audit targets

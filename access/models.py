@@ -68,12 +68,22 @@ class AuditLogIsAppendOnly(Exception):
     """Raised on any attempt, through the application, to change or remove an audit event."""
 
 
+class HashScheme(models.TextChoices):
+    """How an event's ``hash`` was computed. ``sha256``: plain SHA-256, what events written before the audit
+    key existed carry (anyone can recompute it, so only keyed events after them protect them). ``hmac-sha256``:
+    HMAC-SHA256 under ``settings.AUDIT_KEY``, which never enters the database."""
+
+    LEGACY = "sha256", "SHA-256 (legacy, unkeyed)"
+    HMAC = "hmac-sha256", "HMAC-SHA256"
+
+
 class AuditEvent(models.Model):
-    """One mutation, who did it and why, chained to the event before it by SHA-256.
+    """One mutation, who did it and why, chained to the event before it by HMAC-SHA256.
 
     ``hash`` covers every field below plus ``prev_hash``; editing or removing any event breaks the chain at
     that point, which ``access.audit.verify_chain`` reports. ``prev_hash`` is unique, so two writers
     racing to append after the same event cannot both succeed (the loser retries on the new tail).
+    ``scheme`` and ``key_id`` (a fingerprint of the key, never the key) say how ``hash`` was made.
     """
 
     sequence = models.PositiveBigIntegerField(unique=True)
@@ -92,6 +102,10 @@ class AuditEvent(models.Model):
     request_id = models.CharField(max_length=64, blank=True)
     prev_hash = models.CharField(max_length=64, unique=True)
     hash = models.CharField(max_length=64, unique=True)
+    scheme = models.CharField(max_length=16, choices=HashScheme.choices)
+    key_id = models.CharField(
+        max_length=16, blank=True, help_text="fingerprint of the HMAC key; empty for sha256"
+    )
 
     objects = AuditEventQuerySet.as_manager()
 

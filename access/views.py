@@ -18,7 +18,8 @@ from access.permissions import is_admin
 @require_GET
 def audit_log(request: HttpRequest) -> HttpResponse:
     """``/audit/`` (admins): the audit log with filters and keyset pages, and whether its hash chain
-    verifies (recomputed on each visit: O(events), which is what makes the answer trustworthy)."""
+    verifies against its anchors: ok, broken at #N, or unverified and why (recomputed on each visit:
+    O(events), which is what makes the answer trustworthy)."""
     if not is_admin(request.user):
         raise PermissionDenied("the audit log is for admins; a message's page shows its own trail")
     query = selectors.AuditQuery.from_params(request.GET)

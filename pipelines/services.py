@@ -84,10 +84,23 @@ def revise_pipeline(
     validated = parse_spec(spec, pipeline_name=locked.name)
     _claim_dlq_topic(validated, pipeline=locked)
     current = locked.current_revision
+    described: dict[str, str] = {}
     if description is not None and description != locked.description:
+        described = {"description_before": locked.description, "description": description}
         locked.description = description
         locked.save(update_fields=["description", "updated_at"])
     if current is not None and current.spec == validated.to_json():
+        if described:  # a description-only change is a mutation too
+            audit.record(
+                actor=actor,
+                action="pipeline.describe",
+                target_type="pipeline",
+                target_id=locked.name,
+                reason=comment,
+                before=described["description_before"],
+                after=description,
+                details={"revision": current.number, **described},
+            )
         return current
     revision = _add_revision(pipeline=locked, actor=actor, spec=validated, comment=comment)
     audit.record(
@@ -98,7 +111,7 @@ def revise_pipeline(
         reason=comment,
         before=current.spec if current else None,
         after=revision.spec,
-        details={"revision": revision.number},
+        details={"revision": revision.number, **described},
     )
     pipeline.refresh_from_db()
     return revision

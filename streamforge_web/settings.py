@@ -14,7 +14,10 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | KAFKA_BOOTSTRAP_SERVERS | 127.0.0.1:9092 | the Kafka cluster the pipelines use |
 | SPARK_MASTER | local[*] | where pipeline drivers run (local[*], spark://host:7077, k8s://...) |
 | STREAMFORGE_SPARK_JARS | (none) | comma-separated connector jars or folders of jars (devstack fills it in) |
-| STREAMFORGE_STATE_DIR | <repo>/.stack/dev | checkpoints, driver logs, the debug secret key |
+| STREAMFORGE_STATE_DIR | <repo>/.stack/dev | checkpoints, driver logs, the debug secret and audit keys |
+| STREAMFORGE_AUDIT_KEY | (required unless debug) | HMAC key of the audit hash chain (32+ characters, not the secret key); in debug a random key kept in the state folder |
+| STREAMFORGE_AUDIT_TOPIC | streamforge.audit-anchor | Kafka topic each audit event's sequence and hash are appended to (the anchor `verify` compares with) |
+| STREAMFORGE_AUDIT_ANCHOR_TIMEOUT | 5 | seconds the audit anchor waits for Kafka (creating its topic, reading it back) before giving up |
 | STREAMFORGE_HTTPS | not debug | secure cookies, HSTS and the HTTPS redirect |
 | STREAMFORGE_RECONCILE_SECONDS | 5 | how often the beat compares desired and actual pipeline state |
 | STREAMFORGE_START_TIMEOUT | 300 | seconds a new driver may take to send its first heartbeat |
@@ -61,9 +64,10 @@ DEBUG = env_bool("DJANGO_DEBUG", default=False)
 STATE_DIR = Path(env_str("STREAMFORGE_STATE_DIR", str(BASE_DIR / ".stack" / "dev")))
 
 
-def _debug_secret_key() -> str:
-    # A key kept beside the stack state, so sessions survive restarts; never committed, never used in production.
-    path = private_dir(STATE_DIR) / "secret_key"
+def _debug_key(name: str) -> str:
+    # A key kept beside the stack state, so sessions (and the audit chain) survive restarts; never committed,
+    # never used in production.
+    path = private_dir(STATE_DIR) / name
     if path.exists():
         return path.read_text().strip()
     key = secrets.token_urlsafe(50)
@@ -72,7 +76,12 @@ def _debug_secret_key() -> str:
     return key
 
 
-SECRET_KEY = env_str("DJANGO_SECRET_KEY", None if not DEBUG else "") or _debug_secret_key()
+SECRET_KEY = env_str("DJANGO_SECRET_KEY", None if not DEBUG else "") or _debug_key("secret_key")
+# The audit chain's HMAC key (access.audit): never stored in the database, so someone who can write the database
+# cannot re-hash an edited event. Its own key, not SECRET_KEY, so either can be rotated without the other.
+AUDIT_KEY = env_str("STREAMFORGE_AUDIT_KEY", None if not DEBUG else "") or _debug_key("audit_key")
+AUDIT_ANCHOR_TOPIC = env_str("STREAMFORGE_AUDIT_TOPIC", "streamforge.audit-anchor")
+AUDIT_ANCHOR_TIMEOUT = env_int("STREAMFORGE_AUDIT_ANCHOR_TIMEOUT", 5, minimum=1)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 
@@ -103,6 +112,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "access.middleware.audit_actor",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, so it turns a lockout noticed during the view into the lockout page (access.lockout).

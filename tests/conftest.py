@@ -4,6 +4,7 @@ Kafka on 127.0.0.1:19092 and Redis on 127.0.0.1:16379, passed in through the env
 from __future__ import annotations
 
 import logging
+import secrets
 import shutil
 import socket
 import subprocess
@@ -29,6 +30,13 @@ def _private_cache(settings) -> None:
     settings.CACHES = {
         "default": {**settings.CACHES["default"], "KEY_PREFIX": f"sf-test-{uuid.uuid4().hex[:12]}"}
     }
+
+
+@pytest.fixture(autouse=True)
+def _own_audit_chain(settings) -> None:
+    """Each test its own audit key, and so its own chain in the anchors (they name a chain by its key): the
+    test database starts empty, but the Kafka anchor topic and Redis outlive it and are shared by every run."""
+    settings.AUDIT_KEY = secrets.token_urlsafe(48)
 
 
 @pytest.fixture(scope="session")

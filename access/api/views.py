@@ -82,9 +82,10 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet[AuditEvent]):
 
 
 class AuditVerifyView(APIView):
-    """``GET /api/audit/verify/`` (admins): recompute the whole chain (O(n)); ``ok: false`` names the first
-    broken event. Admins only, like the log itself: each call re-hashes every event, which no one else
-    should be able to make the server do at will."""
+    """``GET /api/audit/verify/`` (admins): recompute the whole chain (O(n)) and compare it with its anchors.
+    ``status`` is ``ok``, ``broken`` (``broken_at`` names the first bad event) or ``unverified`` (an anchor
+    could not be read or is behind). Admins only, like the log itself: each call re-hashes every event,
+    which no one else should be able to make the server do at will."""
 
     @extend_schema(responses={200: ChainReportSerializer})
     def get(self, request: Request) -> Response:

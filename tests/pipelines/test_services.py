@@ -19,23 +19,44 @@ def test_creating_a_pipeline_stores_revision_one_and_audits_it(admin_user, team)
     assert revision.number == 1
     assert revision.author == admin_user
     assert revision.spec == parse_spec(github_spec(), pipeline_name="github").to_json()
-    event = AuditEvent.objects.get()
+    event = AuditEvent.objects.get(target_type="pipeline")
     assert (event.action, event.target_id, event.actor_name) == ("pipeline.create", "github", "ada")
 
 
-def test_a_change_makes_a_new_current_revision_with_a_readable_diff(admin_user, team):
+@pytest.mark.kafka
+@pytest.mark.redis
+def test_a_change_makes_a_new_current_revision_with_a_readable_diff(
+    admin_user, team, django_capture_on_commit_callbacks
+):
     pipeline = create_pipeline(actor=admin_user, name="github", team=team, spec=github_spec())
     changed = github_spec()
     changed["destinations"][0]["filter"] = "AND:/type,==,PushEvent:/public,==,true"
-    revision = revise_pipeline(
-        actor=admin_user, pipeline=pipeline, spec=changed, comment="public pushes only"
-    )
+    with django_capture_on_commit_callbacks(execute=True):  # the anchors are written after commit
+        revision = revise_pipeline(
+            actor=admin_user, pipeline=pipeline, spec=changed, comment="public pushes only"
+        )
     pipeline.refresh_from_db()
     assert revision.number == 2
     assert pipeline.current_revision == revision
     assert '-      "filter": "/type,==,PushEvent",' in revision.diff
     assert '+      "filter": "AND:/type,==,PushEvent:/public,==,true",' in revision.diff
     assert verify_chain().ok
+
+
+def test_a_description_only_change_is_audited(admin_user, team):
+    pipeline = create_pipeline(actor=admin_user, name="github", team=team, spec=github_spec())
+    revision = revise_pipeline(
+        actor=admin_user, pipeline=pipeline, spec=github_spec(), description="GitHub pushes", comment="docs"
+    )
+    assert revision.number == 1
+    event = AuditEvent.objects.filter(target_type="pipeline").order_by("-sequence").first()
+    assert (event.action, event.target_id, event.actor_name, event.reason) == (
+        "pipeline.describe",
+        "github",
+        "ada",
+        "docs",
+    )
+    assert event.details == {"revision": 1, "description_before": "", "description": "GitHub pushes"}
 
 
 def test_an_unchanged_spec_makes_no_new_revision(admin_user, team):

@@ -11,7 +11,7 @@ as the API and prints JSON; mutations need ``--as <username>`` and are checked a
     manage.py dlq bulk replay --as alice --reason "broker was down" --filter error_type=RetryExhausted --dry-run
     manage.py dlq bulk-status 3
     manage.py dlq groups
-    manage.py dlq verify-audit
+    manage.py dlq verify-audit          # exit 0 ok, 1 broken at #N, 2 unverified (an anchor unreadable or behind)
 """
 
 from __future__ import annotations
@@ -113,7 +113,10 @@ class Command(BaseCommand):
             p.add_argument("--reason", default="")
         p = sub.add_parser("groups", help="failure groups, most recent first")
         p.add_argument("--limit", type=int, default=50)
-        sub.add_parser("verify-audit", help="verify the audit log's hash chain; exit 1 when broken")
+        sub.add_parser(
+            "verify-audit",
+            help="verify the audit log's hash chain against its anchors; exit 1 when broken, 2 when unverified",
+        )
 
     def _print(self, data: Any) -> None:
         self.stdout.write(json.dumps(data, indent=2, default=str, ensure_ascii=False))
@@ -242,8 +245,12 @@ class Command(BaseCommand):
         elif command == "verify-audit":
             report = verify_chain()
             self._print(asdict(report))
-            if not report.ok:
+            if report.status == "broken":
+                self.stderr.write(f"audit chain broken at #{report.broken_at}: {report.problem}")
                 sys.exit(1)
+            if report.status == "unverified":
+                self.stderr.write(f"audit chain unverified: {report.problem}")
+                sys.exit(2)
 
     def _bulk(self, pk: int) -> BulkAction:
         bulk = BulkAction.objects.select_related("created_by", "team").filter(pk=pk).first()
