@@ -11,6 +11,10 @@ from pipelines import dsl
 from pipelines.dsl import ast
 from pipelines.spec import PipelineSpec
 
+#: The deepest indentation static/css/app.css draws (``.dsl-depth-1`` ... ``.dsl-depth-12``); deeper lines
+#: are drawn at this level (their text still reads in order).
+MAX_INDENT = 12
+
 
 @dataclass(frozen=True)
 class OutlineLine:
@@ -18,6 +22,11 @@ class OutlineLine:
 
     depth: int
     text: str
+
+    @property
+    def indent(self) -> int:
+        """The indentation level drawn: ``depth``, up to the deepest level the stylesheet has a class for."""
+        return min(self.depth, MAX_INDENT)
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {

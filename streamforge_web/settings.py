@@ -54,6 +54,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF
 
 from streamforge_web.env import env_bool, env_int, env_list, env_str
 from streamforge_web.files import private_dir
@@ -97,6 +98,9 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    # Swagger UI served from our own static files (no CDN: the docs work offline and under our CSP).
+    "drf_spectacular_sidecar",
+    "csp",
     "channels",
     "axes",
     "streamforge_web",
@@ -107,6 +111,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -311,6 +316,9 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Pipelines, delivery metrics and the dead-letter-queue console.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     # Several models have a "state" or "kind" choice field; name each enum after its model.
     "ENUM_NAME_OVERRIDES": {
         "BulkKindEnum": "dlq.models.BulkKind",
@@ -349,6 +357,26 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "access.throttling.client_ip"
 AXES_LOCKOUT_CALLABLE = "access.lockout.lockout_response"
+
+# Content-Security-Policy on every response (django-csp): scripts, styles, fonts and images only from our own
+# origin, no inline script, no inline event handler, no inline style; nothing may frame the console, and forms
+# post only to us. 'self' also covers the same-origin ws:/wss: of the live updates (CSP Level 3, every current
+# browser). A page must therefore keep its JavaScript in static/js and pass data through data- attributes or
+# json_script; tests/streamforge_web/test_csp.py checks every page for it, tests/browser/test_csp.py in Chromium.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "font-src": [SELF],
+        "frame-ancestors": [NONE],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+    },
+}
 
 LOGGING = {
     "version": 1,

@@ -3,7 +3,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from pipelines.metrics import metrics_view
 from streamforge_web import health, views
@@ -23,5 +23,11 @@ urlpatterns = [
     path("audit/", include("access.urls")),
     path("", include("pipelines.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # The split view serves Swagger UI's start-up script as a file (?script), not inline: the page runs under
+    # the site's Content-Security-Policy like every other, with Swagger UI itself from drf-spectacular-sidecar.
+    path(
+        "api/docs/",
+        SpectacularSwaggerSplitView.as_view(url_name="api-schema", template_name="api/swagger_ui.html"),
+        name="api-docs",
+    ),
 ]

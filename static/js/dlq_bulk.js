@@ -90,8 +90,10 @@
   function showProgress(update) {
     const row = document.querySelector('#bulk-list tr[data-bulk="' + update.id + '"]');
     if (!row) { dlq.refresh(["bulk-list"]); return; }  // created elsewhere
-    const fraction = update.total ? update.processed / update.total : 1;
-    row.querySelector('[data-field="bar"]').style.width = Math.round(fraction * 100) + "%";
+    const bar = row.querySelector('[data-field="bar"]');
+    bar.max = update.total || 1;
+    bar.value = update.total ? update.processed : 1;
+    bar.title = update.processed + " of " + update.total;
     row.querySelector('[data-field="counts"]').textContent = update.processed + " / " + update.total + " · " +
       update.succeeded + " ok · " + update.failed + " failed";
     if (row.dataset.state !== update.state) dlq.refresh(["bulk-list"]);
