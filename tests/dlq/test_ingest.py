@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connection
 from django.db.models import Sum
 
 from dlq import services
 from dlq.headers import spring_int, spring_long
 from dlq.models import DeadLetter, FailureGroup
 from streamforge_core import contract as c
+from tests.database import child_database_url
 from tests.dlq.conftest import produce_with_headers
 
 pytestmark = [pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
@@ -64,7 +64,7 @@ def mixed_record(i: int) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
 def start_ingester(group: str) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
-        "DATABASE_URL": f"sqlite:///{connection.settings_dict['NAME']}",
+        "DATABASE_URL": child_database_url(),
         "KAFKA_BOOTSTRAP_SERVERS": settings.KAFKA_BOOTSTRAP_SERVERS,
     }
     return subprocess.Popen(
