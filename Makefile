@@ -36,9 +36,11 @@ status: venv
 	$(PY) -m devstack status
 
 # The main job: the whole stack, the demo pipeline over real GitHub events, and the console; Ctrl-C stops
-# what it started. DEMO_ARGS="--rate 500 --corrupt-every 20 --duration 600" tunes the feeder.
+# what it started. DEMO_ARGS="--rate 500 --corrupt-every 20 --duration 600" tunes the feeder. The database is
+# SQLite (embedded, nothing to run); DB=postgres runs the stack's own PostgreSQL (port 5433) instead, and a
+# DATABASE_URL in the environment is used as it is.
 demo: venv system
-	$(PY) -m devstack demo $(DEMO_ARGS)
+	STREAMFORGE_DB=$(or $(DB),sqlite) $(PY) -m devstack demo $(DEMO_ARGS)
 
 lint: venv
 	$(PY) -m ruff check .
@@ -52,13 +54,24 @@ check-deploy: venv
 	  STREAMFORGE_AUDIT_KEY=$$($(PY) -c 'import secrets; print(secrets.token_urlsafe(48))') \
 	  $(PY) manage.py check --deploy --fail-level WARNING
 
-# The test services run on their own ports (Kafka 19092, Redis 16379) so a running demo is not disturbed;
-# they are stopped afterwards whatever the outcome, and the suite's exit code is kept.
+# The test services run on their own ports (Kafka 19092, Redis 16379, PostgreSQL 15433) so a running demo is
+# not disturbed. Two runs, both must pass: the whole suite on PostgreSQL (the test profile's own cluster; the
+# database a deployment uses, where locks and column widths are real), then on SQLite, the embedded default,
+# the tests marked `sqlite` (migrations from empty, its locking settings). The services are stopped afterwards
+# whatever the outcome. PYTEST_ARGS narrows the first run; DB=sqlite runs the whole suite on SQLite instead.
+TEST_DB := $(or $(DB),postgres)
+TEST_SERVICES := kafka redis $(if $(filter postgres,$(TEST_DB)),postgres)
 test: venv system lint types check-deploy
-	$(PY) -m devstack --profile test up kafka redis
-	@eval "$$($(PY) -m devstack --profile test env)"; \
-	  $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
-	  $(PY) -m devstack --profile test down kafka redis; exit $$rc
+	STREAMFORGE_DB=$(TEST_DB) $(PY) -m devstack --profile test up $(TEST_SERVICES)
+	@( unset DATABASE_URL; eval "$$(STREAMFORGE_DB=$(TEST_DB) $(PY) -m devstack --profile test env)"; \
+	   echo "== the suite on $(TEST_DB)"; $(PY) -m pytest $(PYTEST_ARGS) ); suite=$$?; \
+	if [ "$(TEST_DB)" = postgres ]; then \
+	  ( unset DATABASE_URL; eval "$$(STREAMFORGE_DB=sqlite $(PY) -m devstack --profile test env)"; \
+	    echo "== the tests about SQLite on sqlite"; $(PY) -m pytest -m sqlite ); lite=$$?; \
+	else lite=0; fi; \
+	STREAMFORGE_DB=$(TEST_DB) $(PY) -m devstack --profile test down $(TEST_SERVICES); \
+	echo "make test: $(TEST_DB) run exit $$suite, sqlite run exit $$lite"; \
+	[ $$suite -eq 0 ] && [ $$lite -eq 0 ]
 
 # The benchmark report (artifacts/bench/report.md, report.json, PNG plots) in one run: a raw Kafka copy, the
 # Python consumer/evaluator/producer loop, and our Spark pipeline per delivery mode with 1 and 2 destinations

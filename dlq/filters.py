@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from typing import Any
 
+from django.db import connection
 from django.db.models import Q, QuerySet
 from django.utils.dateparse import parse_datetime
 
@@ -106,13 +107,20 @@ class MessageFilter:
 
 
 def _search(text: str, key_masked_teams: Collection[int] = ()) -> Q:
-    """Key prefix OR error text, built so each side can use an index: the key side is a range on
-    ``key_text`` (SQLite does not index a case-insensitive LIKE), the text side matches the failure groups
-    (a small table) and becomes ``group_id IN (...)``. A side that matches nothing is left out, because an
-    OR with it would turn the whole search into a scan of every row (measured: 0.6 s at 1,000,000)."""
+    """Key prefix OR error text, built so each side can use an index: the key side is an exact,
+    case-sensitive prefix of ``key_text``, the text side matches the failure groups (a small table) and
+    becomes ``group_id IN (...)``. A side that matches nothing is left out, because an OR with it would turn
+    the whole search into a scan of every row (measured: 0.6 s at 1,000,000). Keys of ``key_masked_teams``
+    are not searched (their viewers may not see them)."""
     from dlq.models import DeadLetter, FailureGroup
 
-    by_key = Q(key_text__gte=text, key_text__lt=text + "\U0010ffff")
+    if connection.vendor == "postgresql":
+        # LIKE 'prefix%' uses the varchar_pattern_ops index Django adds beside the column's; a range would
+        # follow the database's collation, which in most locales ignores case or punctuation at first.
+        by_key = Q(key_text__startswith=text)
+    else:
+        # SQLite's LIKE ignores case and uses no index; its binary order makes the range an exact prefix.
+        by_key = Q(key_text__gte=text, key_text__lt=text + "\U0010ffff")
     if key_masked_teams:
         by_key &= ~Q(team_id__in=list(key_masked_teams))
     groups = list(

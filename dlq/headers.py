@@ -73,15 +73,27 @@ def _text(value: bytes | None) -> str:
     return "" if value is None else value.decode("utf-8", "replace")
 
 
-def _int_text(value: bytes | None, name: str, warnings: list[str]) -> int | None:
+# What a text header may hold, as Kafka's wire types: partitions are int32, offsets int64; a revision number
+# and an attempt count are never negative. Anything else is a malformed header (a warning, no value), not a
+# number that a database column refuses later (PostgreSQL's integer is 32 bits, and the batch would fail).
+INT32 = range(-(2**31), 2**31)
+INT64 = range(-(2**63), 2**63)
+COUNT = range(0, 2**31)
+
+
+def _int_text(value: bytes | None, name: str, warnings: list[str], within: range = INT32) -> int | None:
     text = _text(value).strip()
     if not text:
         return None
     try:
-        return int(text)
+        number = int(text)
     except ValueError:
         warnings.append(f"{name}: {text[:40]!r} is not an integer")
         return None
+    if number not in within:
+        warnings.append(f"{name}: {text[:40]!r} is out of range")
+        return None
+    return number
 
 
 def _big_endian(value: bytes | None, size: int, name: str, warnings: list[str]) -> int | None:
@@ -148,11 +160,11 @@ def _parse_streamforge(h: dict[str, bytes | None], f: Failure) -> None:
     f.error_message = _text(h.get(c.H_ERROR))
     f.source_topic = _text(h.get(c.H_SOURCE_TOPIC))
     f.source_partition = _int_text(h.get(c.H_SOURCE_PARTITION), c.H_SOURCE_PARTITION, f.warnings)
-    f.source_offset = _int_text(h.get(c.H_SOURCE_OFFSET), c.H_SOURCE_OFFSET, f.warnings)
+    f.source_offset = _int_text(h.get(c.H_SOURCE_OFFSET), c.H_SOURCE_OFFSET, f.warnings, INT64)
     f.pipeline = _text(h.get(c.H_PIPELINE))
     f.destination = _text(h.get(c.H_DESTINATION))
-    f.revision = _int_text(h.get(c.H_REVISION), c.H_REVISION, f.warnings)
-    f.attempts = _int_text(h.get(c.H_ATTEMPTS), c.H_ATTEMPTS, f.warnings) or 1
+    f.revision = _int_text(h.get(c.H_REVISION), c.H_REVISION, f.warnings, COUNT)
+    f.attempts = _int_text(h.get(c.H_ATTEMPTS), c.H_ATTEMPTS, f.warnings, COUNT) or 1
     f.failed_at = _iso(_text(h.get(c.H_TIMESTAMP)), c.H_TIMESTAMP, f.warnings)
     f.stack_trace = _text(h.get(c.H_STACK_TRACE))
     for name in (c.H_FILTER, c.H_TRANSFORM):
@@ -166,7 +178,7 @@ def _parse_connect(h: dict[str, bytes | None], f: Failure) -> None:
 
     f.source_topic = _text(get("topic"))
     f.source_partition = _int_text(get("partition"), CONNECT_PREFIX + "partition", f.warnings)
-    f.source_offset = _int_text(get("offset"), CONNECT_PREFIX + "offset", f.warnings)
+    f.source_offset = _int_text(get("offset"), CONNECT_PREFIX + "offset", f.warnings, INT64)
     fqcn = _text(get("exception.class.name"))
     f.error_type = _simple_class_name(fqcn) if fqcn else UNKNOWN_ERROR_TYPE
     f.error_message = _text(get("exception.message"))

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
-from django.db import transaction
+from django.db import models, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -158,6 +158,15 @@ def _encode_headers(raw: Sequence[tuple[str, bytes | None]]) -> list[list[str | 
     return [[name, None if value is None else base64.b64encode(value).decode()] for name, value in raw]
 
 
+def _fit(field_name: str, text: str) -> str:
+    """Header text cut to the width of its ``DeadLetter`` column (``FailureGroup`` shares the widths). The
+    headers come from any producer; PostgreSQL refuses a value longer than its column (SQLite kept it), and
+    one over-long header must not stop the whole batch, and with it the ingester, at every restart."""
+    column = DeadLetter._meta.get_field(field_name)
+    assert isinstance(column, models.CharField), f"{field_name} is not a text column"
+    return text[: column.max_length] if column.max_length else text
+
+
 def _key_text(key: bytes | None) -> str:
     if not key:
         return ""
@@ -229,15 +238,15 @@ def store_batch(messages: Sequence[Record], owners: dict[str, TopicOwner]) -> Ba
             row = DeadLetter(
                 team_id=team_id,
                 pipeline_id=pipeline_id,
-                pipeline_name=pipeline_name,
-                claimed_pipeline=attributed.claimed_pipeline[:249],
+                pipeline_name=_fit("pipeline_name", pipeline_name),
+                claimed_pipeline=_fit("claimed_pipeline", attributed.claimed_pipeline),
                 ownership_warning=attributed.warning,
                 dlq_topic=topic,
                 dlq_topic_id=message.topic_id,
                 dlq_partition=partition,
                 dlq_offset=offset,
                 dlq_timestamp=_timestamp(message),
-                source_topic=failure.source_topic,
+                source_topic=_fit("source_topic", failure.source_topic),
                 source_partition=failure.source_partition,
                 source_offset=failure.source_offset,
                 key=key,
@@ -246,9 +255,9 @@ def store_batch(messages: Sequence[Record], owners: dict[str, TopicOwner]) -> Ba
                 value_size=len(value or b""),
                 key_text=_key_text(key),
                 convention=failure.convention,
-                error_type=failure.error_type[:128],
+                error_type=_fit("error_type", failure.error_type),
                 error_message=failure.error_message,
-                destination=failure.destination[:128],
+                destination=_fit("destination", failure.destination),
                 revision=failure.revision,
                 attempts=failure.attempts,
                 first_failed_at=failed_at,
@@ -311,9 +320,9 @@ def _group(
         key=gkey,
         team_id=team_id,
         pipeline_id=pipeline_id,
-        pipeline_name=pipeline_name,
+        pipeline_name=_fit("pipeline_name", pipeline_name),
         dlq_topic=topic,
-        error_type=failure.error_type[:128],
+        error_type=_fit("error_type", failure.error_type),
         signature=normalize_message(failure.error_message),
         sample_message=failure.error_message[:2000],
         count=0,

@@ -1,5 +1,6 @@
 """Shared fixtures. Real services come from devstack's test profile (see the Makefile's ``test`` target):
-Kafka on 127.0.0.1:19092 and Redis on 127.0.0.1:16379, passed in through the environment."""
+Kafka on 127.0.0.1:19092, Redis on 127.0.0.1:16379 and, with ``STREAMFORGE_DB=postgres``, PostgreSQL on
+127.0.0.1:15433, passed in through the environment (``DATABASE_URL``; SQLite without it)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,17 @@ def _own_audit_chain(settings) -> None:
     """Each test its own audit key, and so its own chain in the anchors (they name a chain by its key): the
     test database starts empty, but the Kafka anchor topic and Redis outlive it and are shared by every run."""
     settings.AUDIT_KEY = secrets.token_urlsafe(48)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``sqlite`` are about SQLite itself (the embedded default): a run on another database
+    leaves them out rather than reporting them skipped; ``make test`` runs them in a second, SQLite run."""
+    if settings.DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        return
+    about_sqlite = [item for item in items if item.get_closest_marker("sqlite") is not None]
+    if about_sqlite:
+        config.hook.pytest_deselected(items=about_sqlite)
+        items[:] = [item for item in items if item.get_closest_marker("sqlite") is None]
 
 
 @pytest.fixture(scope="session")

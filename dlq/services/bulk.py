@@ -510,7 +510,9 @@ def _claim(ids: Sequence[int], to: str) -> list[DeadLetter]:
     """Move the still-parked ones of ``ids`` to ``to``; returns those (locked rows on PostgreSQL; SQLite
     serialises writers, so the select and the update see the same rows)."""
     rows = list(
-        DeadLetter.objects.select_for_update(skip_locked=True)
+        # of=self: lock the dead letters, not the pipelines joined in for the check (a nullable outer join,
+        # on which PostgreSQL refuses FOR UPDATE; and other chunks must not queue behind a pipeline row).
+        DeadLetter.objects.select_for_update(skip_locked=True, of=("self",))
         .filter(pk__in=ids, status=Status.PARKED)
         .select_related("pipeline__current_revision")
     )

@@ -171,8 +171,10 @@ def fix_payload(*, actor: User, dead_letter: DeadLetter, value: bytes, reason: s
     if not reason.strip():
         raise InvalidRequest("reason", "say why the payload is changed")
     with transaction.atomic():
+        # Only the dead letter's row is locked: the pipeline and its revision are read for the check, and
+        # PostgreSQL refuses FOR UPDATE on the nullable side of the outer join to them anyway.
         locked = (
-            DeadLetter.objects.select_for_update()
+            DeadLetter.objects.select_for_update(of=("self",))
             .select_related("pipeline__current_revision")
             .get(pk=dead_letter.pk)
         )

@@ -1,5 +1,5 @@
 """Real-browser fixtures: a real ASGI server (daphne, so websockets work) in its own process, serving the
-test database (a file, see ``django_db_modify_db_settings`` in tests/conftest.py) over the real Redis
+test database (PostgreSQL's, or SQLite's in a file: see ``tests/database.py``) over the real Redis
 channel layer, and Debian's Chromium driven by Playwright.
 
 Tests that use these are marked ``browser`` and need the test Redis (and Kafka for readiness) that
@@ -25,6 +25,8 @@ from django.conf import settings
 from django.db import connections
 from django.test import Client
 
+from tests.database import child_database_url
+
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "artifacts" / "screenshots"
 CHROMIUM = os.environ.get("STREAMFORGE_CHROMIUM", "/usr/bin/chromium")
@@ -40,9 +42,9 @@ class AsgiServer:
     """``daphne streamforge_web.asgi:application`` on a free port, started and stopped by the tests (a
     test may ``stop`` and ``start`` it again on the same port to drop every websocket)."""
 
-    def __init__(self, database: str, log_path: Path) -> None:
+    def __init__(self, database_url: str, log_path: Path) -> None:
         self.port = _free_port()
-        self.database = database
+        self.database_url = database_url
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
         self.celery_queue = f"browser-tests-{uuid.uuid4().hex[:12]}"
@@ -54,7 +56,7 @@ class AsgiServer:
     def start(self) -> None:
         env = {
             **os.environ,
-            "DATABASE_URL": f"sqlite:///{self.database}",
+            "DATABASE_URL": self.database_url,
             "DJANGO_DEBUG": "true",
             "STREAMFORGE_HTTPS": "false",
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
@@ -106,10 +108,7 @@ class AsgiServer:
 @pytest.fixture(scope="package")
 def asgi_server(django_db_setup, tmp_path_factory) -> Iterator[AsgiServer]:
     """The running web process of the browser tests (one per test run)."""
-    database = settings.DATABASES["default"]["NAME"]
-    in_memory = not database or ":memory:" in str(database) or "mode=memory" in str(database)
-    assert not in_memory, "browser tests need a file test database; tests/conftest.py sets one when selected"
-    server = AsgiServer(str(database), tmp_path_factory.mktemp("daphne") / "daphne.log")
+    server = AsgiServer(child_database_url(), tmp_path_factory.mktemp("daphne") / "daphne.log")
     server.start()
     yield server
     server.stop()

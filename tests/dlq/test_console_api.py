@@ -221,6 +221,8 @@ def test_the_list_filters_searches_and_pages_with_a_cursor(people, parked, pipel
     by_type = api.get("/api/dlq/messages/", {"error_type": "JsonPathNotFound"}).json()["results"]
     assert {r["id"] for r in by_type} == {parked[0].pk, parked[1].pk}
     assert [r["id"] for r in api.get("/api/dlq/messages/", {"q": "k3"}).json()["results"]] == [parked[2].pk]
+    for not_a_prefix in ("K3", "3", "k_", "k%"):  # exact and case-sensitive, whatever the collation
+        assert api.get("/api/dlq/messages/", {"q": not_a_prefix}).json()["results"] == [], not_a_prefix
     assert [r["id"] for r in api.get("/api/dlq/messages/", {"q": "UTF-8"}).json()["results"]] == [
         parked[2].pk
     ]

@@ -105,6 +105,26 @@ def test_a_malformed_header_is_a_warning_not_a_failure():
     assert "not an integer" in failure.warnings[0]
 
 
+def test_a_number_beyond_what_kafka_or_a_count_can_hold_is_a_warning_not_a_value():
+    failure = headers.parse(
+        streamforge_headers(
+            **{
+                c.H_SOURCE_PARTITION: str(2**31).encode(),
+                c.H_SOURCE_OFFSET: str(2**63).encode(),
+                c.H_REVISION: b"-1",
+                c.H_ATTEMPTS: b"99999999999",
+            }
+        )
+    )
+    assert (failure.source_partition, failure.source_offset, failure.revision) == (None, None, None)
+    assert failure.attempts == 1
+    assert len(failure.warnings) == 4
+    assert all("out of range" in warning for warning in failure.warnings)
+    assert headers.parse(
+        streamforge_headers(**{c.H_SOURCE_OFFSET: str(2**63 - 1).encode()})
+    ).source_offset == (2**63 - 1)
+
+
 def test_a_record_without_known_headers_is_unknown():
     failure = headers.parse([("content-type", b"application/json")])
     assert (failure.convention, failure.error_type) == ("unknown", "Unknown")

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connection
 from django.db.models import Sum
 
 from dlq import services
 from dlq.headers import spring_int, spring_long
 from dlq.models import DeadLetter, FailureGroup
 from streamforge_core import contract as c
+from tests.database import child_database_url
 from tests.dlq.conftest import produce_with_headers
 
 pytestmark = [pytest.mark.kafka, pytest.mark.django_db(transaction=True)]
@@ -64,7 +64,7 @@ def mixed_record(i: int) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
 def start_ingester(group: str) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
-        "DATABASE_URL": f"sqlite:///{connection.settings_dict['NAME']}",
+        "DATABASE_URL": child_database_url(),
         "KAFKA_BOOTSTRAP_SERVERS": settings.KAFKA_BOOTSTRAP_SERVERS,
     }
     return subprocess.Popen(
@@ -148,6 +148,43 @@ def test_a_batch_read_again_after_a_crash_adds_no_rows_and_no_counts(people, tea
     assert (again.inserted, again.already_stored) == (1, 30)
     assert DeadLetter.objects.count() == 51
     assert FailureGroup.objects.aggregate(total=Sum("count"))["total"] == 51
+
+
+def test_headers_longer_than_their_columns_are_cut_to_fit_instead_of_failing_the_batch(team, pipeline):
+    """A foreign producer's headers can be any length; the database (PostgreSQL checks a column's width)
+    must not refuse the batch, or the ingester would stop at it on every restart."""
+    from dlq.ingest import TopicOwner, store_batch
+    from streamforge_core.kafka import Record
+
+    topic = pipeline.current_revision.spec["dlq"]["topic"]
+    long_headers = [
+        (c.H_ERROR_TYPE, b"E" * 300),
+        (c.H_ERROR, b"x" * 5000),
+        (c.H_PIPELINE, b"p" * 100),
+        (c.H_DESTINATION, b"d" * 300),
+        (c.H_SOURCE_TOPIC, b"t" * 400),
+        (c.H_SOURCE_PARTITION, str(2**40).encode()),
+    ]
+    record = Record(
+        topic=topic,
+        partition=0,
+        offset=0,
+        key=b"k" * 500,
+        value=b"{}",
+        headers=long_headers,
+        timestamp_ms=None,
+    )
+    result = store_batch([record], {topic: TopicOwner(team.pk, pipeline.pk, pipeline.name)})
+    assert result.inserted == 1
+    row = DeadLetter.objects.get(dlq_topic=topic)
+    assert (len(row.error_type), len(row.pipeline_name), len(row.destination), len(row.source_topic)) == (
+        128,
+        63,
+        128,
+        249,
+    )
+    assert (len(row.key_text), len(row.error_message), row.source_partition) == (200, 5000, None)
+    assert FailureGroup.objects.get(pk=row.group_id).pipeline_name == "p" * 63
 
 
 def test_a_recreated_dlq_topic_is_read_as_new_records_not_as_re_reads(
