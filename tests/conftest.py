@@ -17,8 +17,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from django.conf import settings
+from hypothesis import settings as hypothesis_settings
 
 from streamforge_core.kafka import KafkaConnection, admin_config
+
+# Property tests check correctness, not speed (speed is what the benchmarks measure): Hypothesis's per-example
+# deadline (200 ms) only measures how loaded the 2-core machine is, and failed a run that way.
+hypothesis_settings.register_profile("streamforge", deadline=None)
+hypothesis_settings.load_profile("streamforge")
 
 # py4j logs at INFO from finalizers after pytest has closed its streams; nothing there is worth reading.
 logging.getLogger("py4j").setLevel(logging.WARNING)
