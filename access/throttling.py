@@ -9,8 +9,10 @@ the same address, ``client_ip``, so a client cannot look like several by writing
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import HttpRequest
@@ -19,7 +21,34 @@ from rest_framework.authentication import TokenAuthentication, get_authorization
 from rest_framework.authtoken.models import Token
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
-from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.throttling import AnonRateThrottle, SimpleRateThrottle, UserRateThrottle
+
+log = logging.getLogger(__name__)
+
+#: What the Redis cache raises while Redis cannot be reached.
+CACHE_ERRORS = (redis.RedisError, ConnectionError, TimeoutError)
+
+
+class _FailOpen:
+    """While the cache (Redis) cannot be reached, a rate limit lets requests through and says so in the log:
+    the console stays usable during a Redis outage (the drivers and the database do not need Redis), and
+    log-in lockouts, which live in the database, still hold."""
+
+    def allow_request(self, request: Any, view: Any) -> bool:
+        """DRF's rate check, or True (logged) when the cache does not answer."""
+        try:
+            return bool(super().allow_request(request, view))  # type: ignore[misc]
+        except CACHE_ERRORS as exc:
+            log.warning("API rate limit not applied, the cache is unreachable: %s", exc)
+            return True
+
+
+class AnonThrottle(_FailOpen, AnonRateThrottle):
+    """Requests per anonymous client address (``anon`` rate), failing open while Redis is down."""
+
+
+class UserThrottle(_FailOpen, UserRateThrottle):
+    """Requests per signed-in user or token (``user`` rate), failing open while Redis is down."""
 
 
 def client_ip(request: HttpRequest | Request) -> str:
@@ -59,18 +88,25 @@ class FailedTokenThrottle(SimpleRateThrottle):
         """True when this address already sent as many wrong tokens as the window allows."""
         if self.limit is None:
             return False
-        return int(self.cache.get(self.get_cache_key(request, None), 0)) >= self.limit
+        try:
+            return int(self.cache.get(self.get_cache_key(request, None), 0)) >= self.limit
+        except CACHE_ERRORS as exc:
+            log.warning("wrong-token limit not applied, the cache is unreachable: %s", exc)
+            return False
 
     def record_failure(self, request: Request) -> None:
         """Count one wrong token; the window starts with the first and lasts the rate's duration."""
         if self.window is None:
             return
         key = self.get_cache_key(request, None)
-        self.cache.add(key, 0, timeout=self.window)
         try:
-            self.cache.incr(key)
-        except ValueError:  # the window expired between add and incr: this failure opens a new one
-            self.cache.add(key, 1, timeout=self.window)
+            self.cache.add(key, 0, timeout=self.window)
+            try:
+                self.cache.incr(key)
+            except ValueError:  # the window expired between add and incr: this failure opens a new one
+                self.cache.add(key, 1, timeout=self.window)
+        except CACHE_ERRORS as exc:
+            log.warning("wrong token not counted, the cache is unreachable: %s", exc)
 
     def window_seconds(self) -> int:
         """How long a client should wait before trying again (the whole window: an upper bound)."""

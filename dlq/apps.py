@@ -20,7 +20,7 @@ class DlqConfig(AppConfig):
         register_target("approval", visible=owned_by_visible_team(ApprovalRequest))
         register_target("runbook", visible=owned_by_visible_team(Runbook))
 
-        from dlq.pages import parked_backlog
+        from dlq.selectors import parked_backlog
         from pipelines.backlog import register_backlog_counter
 
         register_backlog_counter(parked_backlog)  # the overview's DLQ backlog column

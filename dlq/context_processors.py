@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest
 
-from dlq.pages import pending_approval_count
+from dlq.selectors import pending_approval_count
 
 
 def dlq_nav(request: HttpRequest) -> dict[str, object]:

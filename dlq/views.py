@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET
 from access.models import Role
 from access.paging import parse_cursor
 from access.permissions import visible_teams
-from dlq import pages, services
+from dlq import presenters, selectors, services
 from dlq.models import BulkKind, BulkState, FailureGroup, RunbookAction, Status
 from pipelines.diffs import diff_lines
 
@@ -32,8 +32,8 @@ BULK_LIVE_STATES = (BulkState.AWAITING_APPROVAL, BulkState.QUEUED, BulkState.RUN
 def message_list(request: HttpRequest) -> HttpResponse:
     """``/dlq/``: dead letters of the user's teams with filters, text search, keyset pages and counts per
     status; new arrivals are announced live over ``/ws/dlq/``."""
-    query = pages.list_query(request.GET)
-    page = pages.message_rows(
+    query = presenters.list_query(request.GET)
+    page = selectors.message_rows(
         request.user,
         query.selection,
         before=parse_cursor(request.GET.get("before")),
@@ -44,7 +44,7 @@ def message_list(request: HttpRequest) -> HttpResponse:
         group = FailureGroup.objects.filter(
             pk=query.selection.group, team__in=visible_teams(request.user)
         ).first()
-    counts = pages.status_counts(request.user, query.selection)
+    counts = selectors.status_counts(request.user, query.selection)
     status_params = request.GET.copy()
     for name in ("status", "before", "after"):
         status_params.pop(name, None)
@@ -57,8 +57,8 @@ def message_list(request: HttpRequest) -> HttpResponse:
             "group": group,
             "status_tabs": [(value, label.lower(), counts[value]) for value, label in Status.choices],
             "total": sum(counts.values()),
-            "choices": pages.filter_choices(request.user),
-            "ranges": list(pages.RANGES),
+            "choices": selectors.filter_choices(request.user),
+            "ranges": list(presenters.RANGES),
             "status_base": status_params.urlencode(),
             "live_match": query.live_match(),
         },
@@ -76,25 +76,25 @@ def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
     )
     info = services.inspect_message(user=request.user, dead_letter=dead_letter)
     masking = services.masking_for(request.user, dead_letter.team)
-    roles = pages.roles_of(request.user)
+    roles = presenters.roles_of(request.user)
     can_operate = roles.at_least(dead_letter.team_id, Role.OPERATOR)
-    editor_text, editor_mode = pages.editor_text(dead_letter) if can_operate else ("", "text")
+    editor_text, editor_mode = presenters.editor_text(dead_letter) if can_operate else ("", "text")
     return render(
         request,
         "dlq/message.html",
         {
             "dl": dead_letter,
             "info": info,
-            "value": pages.payload_views(
+            "value": presenters.payload_views(
                 bytes(dead_letter.value) if dead_letter.value is not None else None, masking=masking
             ),
-            "key": pages.payload_views(
+            "key": presenters.payload_views(
                 bytes(dead_letter.key) if dead_letter.key is not None else None, masking=masking, key=True
             ),
             "revisions": [
                 (rev, diff_lines(rev.diff)) for rev in reversed(info.payload_revisions)
             ],  # newest first
-            "audit": pages.audit_trail(dead_letter, [a.id for a in info.approvals]),
+            "audit": selectors.audit_trail(dead_letter, [a.id for a in info.approvals]),
             "can_operate": can_operate,
             "parked": dead_letter.status == Status.PARKED,
             "can_request_delete": can_operate
@@ -113,15 +113,15 @@ def group_list(request: HttpRequest) -> HttpResponse:
     their runbooks with the actions each offers; admins can write runbooks here."""
     pipeline = request.GET.get("pipeline", "").strip()
     error_type = request.GET.get("error_type", "").strip()
-    roles = pages.roles_of(request.user)
+    roles = presenters.roles_of(request.user)
     return render(
         request,
         "dlq/groups.html",
         {
-            "rows": pages.group_rows(request.user, pipeline=pipeline, error_type=error_type),
+            "rows": selectors.group_rows(request.user, pipeline=pipeline, error_type=error_type),
             "pipeline": pipeline,
             "error_type": error_type,
-            "choices": pages.filter_choices(request.user),
+            "choices": selectors.filter_choices(request.user),
             "can_edit_runbooks": roles.admin,
             "can_operate": roles.anywhere(Role.OPERATOR),
             "runbook_actions": RunbookAction.choices,
@@ -135,10 +135,10 @@ def bulk(request: HttpRequest) -> HttpResponse:
     """``/dlq/bulk/``: the bulk form (filter, kind, rate, reason; a dry-run count before it can be created,
     pre-filled from the query string, e.g. by a runbook's "bulk replay" button) and the bulk actions with
     live progress and pause / resume / cancel."""
-    query = pages.list_query(request.GET)
-    roles = pages.roles_of(request.user)
+    query = presenters.list_query(request.GET)
+    roles = presenters.roles_of(request.user)
     kind = request.GET.get("kind", BulkKind.REPLAY)
-    rows = pages.bulk_actions(request.user)
+    rows = selectors.bulk_actions(request.user)
     return render(
         request,
         "dlq/bulk.html",
@@ -146,8 +146,8 @@ def bulk(request: HttpRequest) -> HttpResponse:
             "query": query,
             "kind": kind if kind in BulkKind.values else BulkKind.REPLAY,
             "kinds": BulkKind.choices,
-            "choices": pages.filter_choices(request.user),
-            "ranges": list(pages.RANGES),
+            "choices": selectors.filter_choices(request.user),
+            "ranges": list(presenters.RANGES),
             "can_operate": roles.anywhere(Role.OPERATOR),
             "rows": [(b, roles.at_least(b.team_id, Role.OPERATOR)) for b in rows],
             "live_ids": [b.pk for b in rows if b.state in BULK_LIVE_STATES],
@@ -160,8 +160,8 @@ def bulk(request: HttpRequest) -> HttpResponse:
 def approval_list(request: HttpRequest) -> HttpResponse:
     """``/dlq/approvals/``: pending requests (approve / reject offered to approvers of the team who did not
     ask) and the recently decided ones."""
-    roles = pages.roles_of(request.user)
-    pending = pages.approvals(request.user, pending=True)
+    roles = presenters.roles_of(request.user)
+    pending = selectors.approvals(request.user, pending=True)
     return render(
         request,
         "dlq/approvals.html",
@@ -170,6 +170,6 @@ def approval_list(request: HttpRequest) -> HttpResponse:
                 (a, roles.at_least(a.team_id, Role.APPROVER) and a.requested_by_id != request.user.pk)
                 for a in pending
             ],
-            "decided": pages.approvals(request.user, pending=False, limit=30),
+            "decided": selectors.approvals(request.user, pending=False, limit=30),
         },
     )

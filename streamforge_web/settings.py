@@ -288,8 +288,8 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_THROTTLE_CLASSES": [
-        "rest_framework.throttling.AnonRateThrottle",
-        "rest_framework.throttling.UserRateThrottle",
+        "access.throttling.AnonThrottle",
+        "access.throttling.UserThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
         "anon": env_str("STREAMFORGE_API_RATE_ANON", "60/minute"),

@@ -97,3 +97,17 @@ def test_a_signed_in_user_is_throttled_past_the_user_rate(monkeypatch):
     client = APIClient()
     client.force_authenticate(UserFactory(username="erin"))
     assert [client.get("/api/pipelines/").status_code for _ in range(4)] == [200, 200, 200, 429]
+
+
+def test_the_api_stays_usable_while_the_rate_limit_cache_is_unreachable(settings):
+    # Nothing listens on port 1: every cache call fails as it does while Redis is down.
+    settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": "redis://127.0.0.1:1/0"}}
+    client = APIClient()
+    client.force_authenticate(UserFactory(username="fay"))
+    assert client.get("/api/pipelines/").status_code == 200
+    token = Token.objects.create(user=UserFactory(username="gus")).key
+    with_token = APIClient()
+    with_token.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    assert with_token.get("/api/pipelines/").status_code == 200
+    with_token.credentials(HTTP_AUTHORIZATION="Token wrong")
+    assert with_token.get("/api/pipelines/").status_code == 401

@@ -1,26 +1,24 @@
-"""What the DLQ console's pages show, read from the models: the message list (filters from the query string,
-keyset pages, counts per status), a message's payload views and audit trail, failure groups with their
-trend sparkline and runbooks, bulk actions, approvals, and the per-pipeline backlog of the overview. Views
-call these and render; every mutation goes through ``dlq.services``.
+"""What the DLQ console's pages read from the models: the message list (keyset pages, counts per status,
+the filter menus), a message's audit trail, failure groups with their trend sparkline and runbooks, bulk
+actions, approvals, and the per-pipeline backlog of the overview. Presentation (roles, the filter form,
+payload tabs) lives in ``dlq.presenters``; every mutation goes through ``dlq.services``.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from django.db.models import Count, Model, Q
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
-from access.models import AuditEvent, Membership, Role
+from access.models import AuditEvent
 from access.paging import KeysetPage, keyset_page
-from access.permissions import AnyUser, is_admin, visible_teams
+from access.permissions import AnyUser, visible_teams
 from dlq import markdown, services
-from dlq.filters import FilterError, MessageFilter
+from dlq.filters import MessageFilter
 from dlq.models import (
     ApprovalRequest,
     ApprovalState,
@@ -34,107 +32,11 @@ from dlq.models import (
 )
 
 LIST_PAGE_SIZE = 50
-#: Time-range presets of the list and bulk forms (``range=24h``), newest failures within that long.
-RANGES = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
-#: Query-string fields of the message filter form, in form order.
-FILTER_FIELDS = ("pipeline", "error_type", "group", "status", "range", "since", "until", "q")
 
 M = TypeVar("M", bound=Model)
 
 
-# ------------------------------------------------------------------------------------------ roles
-
-
-@dataclass(frozen=True)
-class Roles:
-    """A user's roles, read once per page: admin everywhere, else a role per team id."""
-
-    admin: bool
-    by_team: dict[int, str]
-
-    def at_least(self, team_id: int | None, needed: Role) -> bool:
-        """Whether the user holds ``needed`` (or stronger) for objects of ``team_id``."""
-        if self.admin:
-            return True
-        role = self.by_team.get(team_id) if team_id is not None else None
-        return role is not None and Role.rank(role) >= Role.rank(needed)
-
-    def anywhere(self, needed: Role) -> bool:
-        """Whether the user holds ``needed`` in at least one team."""
-        return self.admin or any(Role.rank(r) >= Role.rank(needed) for r in self.by_team.values())
-
-
-def roles_of(user: AnyUser) -> Roles:
-    """The user's roles (two queries, however many rows a page shows)."""
-    if not user.is_authenticated:
-        return Roles(False, {})
-    return Roles(
-        is_admin(user), dict(Membership.objects.filter(user_id=user.pk).values_list("team_id", "role"))
-    )
-
-
 # ------------------------------------------------------------------------------------------ list
-
-
-@dataclass(frozen=True)
-class ListQuery:
-    """The message filter of a page, from its query string: ``selection`` to apply, ``form`` to fill the
-    form back in, ``errors`` by field for values that were ignored because they are invalid."""
-
-    selection: MessageFilter
-    form: dict[str, str]
-    errors: dict[str, str]
-
-    def live_match(self) -> dict[str, Any]:
-        """What the page's script needs to decide whether a ``dlq.arrived`` message belongs on it: new
-        arrivals are parked and failed just now, so a status other than parked, an ``until`` bound, or a
-        text search (the message does not carry the text) rule them out."""
-        s = self.selection
-        return {
-            "pipeline": s.pipeline,
-            "error_type": s.error_type,
-            "group": s.group,
-            "possible": s.status in ("", Status.PARKED) and not s.until and not s.q and not s.topic,
-        }
-
-
-def _utc_iso(text: str) -> str:
-    """A ``datetime-local`` value (no zone; the form says UTC) or an ISO time, as ISO-8601 with a zone."""
-    text = text.strip()
-    if not text:
-        return ""
-    if text.endswith("Z") or "+" in text[10:] or "-" in text[10:]:
-        return text
-    return text + "Z"
-
-
-def list_query(params: Mapping[str, str], *, now: datetime | None = None) -> ListQuery:
-    """Read the filter form's fields (see ``FILTER_FIELDS``); invalid values are dropped with an error."""
-    form = {name: str(params.get(name, "") or "").strip() for name in FILTER_FIELDS}
-    now = now or timezone.now()
-    values: dict[str, str] = {
-        "pipeline": form["pipeline"],
-        "error_type": form["error_type"],
-        "group": form["group"],
-        "status": form["status"],
-        "since": _utc_iso(form["since"]),
-        "until": _utc_iso(form["until"]),
-        "q": form["q"],
-    }
-    errors: dict[str, str] = {}
-    if form["range"]:
-        if form["range"] in RANGES:
-            values["since"] = (now - RANGES[form["range"]]).isoformat()
-        else:
-            errors["range"] = f"one of {', '.join(RANGES)}"
-    while True:
-        try:
-            selection = MessageFilter.from_mapping(values)
-            break
-        except FilterError as exc:
-            errors[exc.field] = str(exc).split(": ", 1)[-1]
-            values[exc.field] = ""
-    return ListQuery(selection, form, errors)
 
 
 def message_rows(
@@ -171,74 +73,6 @@ def filter_choices(user: AnyUser) -> dict[str, list[str]]:
         "pipelines": sorted(set(groups.exclude(pipeline_name="").values_list("pipeline_name", flat=True))),
         "error_types": sorted(set(groups.values_list("error_type", flat=True))),
     }
-
-
-# ------------------------------------------------------------------------------------------ message
-
-
-@dataclass(frozen=True)
-class PayloadView:
-    """A key or payload as the page's tabs show it: ``pretty`` (indented JSON; empty unless ``encoding`` is
-    ``json``), ``raw`` (the bytes as UTF-8 text) and ``hex`` (``services.hex_dump``); ``encoding`` and
-    ``size`` as ``services.render_bytes`` found them; ``masked`` when sensitive paths are hidden;
-    ``withheld`` when the viewer may see none of it (then every tab shows the same ``withheld: ...`` line);
-    ``default_tab`` is the tab shown first (``pretty``, ``raw`` or ``hex``)."""
-
-    encoding: str
-    size: int
-    pretty: str
-    raw: str
-    hex: str
-    masked: bool
-    default_tab: str
-    withheld: bool = False
-
-
-def payload_views(
-    data: bytes | None, *, masking: services.Masking = services.UNMASKED, key: bool = False
-) -> PayloadView:
-    """A payload (or, with ``key``, a record key) for the page's tabs (see ``PayloadView``), as
-    ``masking`` lets its viewer see it. Where paths are masked, raw and hex are of the masked JSON too, and
-    a payload that is not JSON is withheld on every tab, so no tab shows what the pretty view hides."""
-    rendered = masking.key(data) if key else masking.value(data)
-    if data is None:
-        return PayloadView(rendered.encoding, rendered.size, "", "", "", masked=False, default_tab="raw")
-    if rendered.encoding == "withheld":
-        return PayloadView(
-            rendered.encoding,
-            rendered.size,
-            "",
-            rendered.text,
-            rendered.text,
-            masked=True,
-            default_tab="raw",
-            withheld=True,
-        )
-    shown = data
-    masked = not key and bool(masking.paths) and rendered.encoding == "json"
-    if masked:
-        shown = json.dumps(json.loads(rendered.text), separators=(",", ":"), ensure_ascii=False).encode()
-    return PayloadView(
-        encoding=rendered.encoding,
-        size=rendered.size,
-        pretty=rendered.text,
-        raw=shown.decode("utf-8", errors="replace"),
-        hex=services.hex_dump(shown),
-        masked=masked,
-        default_tab={"json": "pretty", "hex": "hex"}.get(rendered.encoding, "raw"),
-    )
-
-
-def editor_text(dead_letter: DeadLetter) -> tuple[str, str]:
-    """The fix editor's starting text and mode (``json`` or ``text``): the current payload (the latest fix,
-    else the original), indented when it is JSON."""
-    value, _ = services.current_payload(dead_letter)
-    rendered = services.render_bytes(value)
-    if rendered.encoding == "json":
-        return rendered.text, "json"
-    if rendered.encoding == "text":
-        return rendered.text, "text"
-    return "", "text"  # binary: an operator types the replacement from scratch
 
 
 def audit_trail(dead_letter: DeadLetter, approval_ids: list[int], *, limit: int = 200) -> list[AuditEvent]:
