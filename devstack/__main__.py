@@ -16,6 +16,7 @@ import time
 
 from devstack import jars
 from devstack.config import PROFILES, REPO_ROOT, Profile
+from devstack.config import profile as profile_named
 from devstack.services import (
     Service,
     StackError,
@@ -105,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corrupt-every", type=int, default=50, help="demo: every N-th record is corrupted")
     parser.add_argument("--duration", type=float, default=0.0, help="demo: stop after this many seconds")
     args = parser.parse_args(argv)
-    profile = PROFILES[args.profile]
     try:
+        profile = profile_named(args.profile)
         if args.command == "system":
             installed = ensure_system_packages()
             print(
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             for service in reversed(_select(profile, args.services)):
                 print(stop(profile, service), flush=True)
-    except (StackError, jars.JarFetchError) as exc:
+    except (StackError, jars.JarFetchError, ValueError) as exc:
         print(f"devstack: {exc}", file=sys.stderr)
         return 1
     return 0

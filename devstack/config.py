@@ -8,7 +8,7 @@ the demo use), ``test`` (the same services on other ports, with their own state 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -35,6 +35,9 @@ class Profile:
     web_port: int
     postgres_port: int
     debug: bool
+    durable: bool = True
+    """False for the test stack: its PostgreSQL runs without fsync (the suite creates and drops its database
+    and never needs to survive a power cut)."""
 
     @property
     def state_dir(self) -> Path:
@@ -99,6 +102,7 @@ PROFILES: dict[str, Profile] = {
         web_port=18000,
         postgres_port=15433,
         debug=True,
+        durable=False,
     ),
     # The fault-injection run (``make chaos``) stops and kills its own broker, Redis and workers, so it has a
     # whole private stack: nothing shared with a demo or another engineer's test run is ever touched.
@@ -112,3 +116,37 @@ PROFILES: dict[str, Profile] = {
         debug=True,
     ),
 }
+
+
+PORT_OFFSET_VARIABLE = "STREAMFORGE_STACK_PORT_OFFSET"
+
+
+def profile(name: str) -> Profile:
+    """The profile ``name`` (a key of ``PROFILES``), shifted by ``STREAMFORGE_STACK_PORT_OFFSET`` when set.
+
+    The offset (an integer 1-9999) is added to every port and names the state folders
+    (``.stack/<name>-<offset>/``), so two checkouts on one machine (a CI run and a developer's worktree) each
+    run a private test stack. Raises KeyError for an unknown name and ValueError for an offset that is not an
+    integer in range.
+    """
+    base = PROFILES[name]
+    raw = os.environ.get(PORT_OFFSET_VARIABLE, "").strip()
+    if not raw:
+        return base
+    try:
+        offset = int(raw)
+    except ValueError:
+        raise ValueError(f"{PORT_OFFSET_VARIABLE} must be an integer, not {raw!r}") from None
+    if not 0 <= offset <= 9999:
+        raise ValueError(f"{PORT_OFFSET_VARIABLE} must be between 0 and 9999, not {offset}")
+    if offset == 0:
+        return base
+    return replace(
+        base,
+        name=f"{name}-{offset}",
+        kafka_port=base.kafka_port + offset,
+        controller_port=base.controller_port + offset,
+        redis_port=base.redis_port + offset,
+        web_port=base.web_port + offset,
+        postgres_port=base.postgres_port + offset,
+    )

@@ -430,8 +430,7 @@ def _postgres(profile: Profile) -> Service:
             "listen_addresses=127.0.0.1", f"port={profile.postgres_port}", f"unix_socket_directories={run_dir}",
             "max_connections=200",
         ]  # fmt: skip
-        if profile.name == "test":
-            # The test suite creates and drops its database and never needs to survive a power cut.
+        if not profile.durable:
             settings += ["fsync=off", "synchronous_commit=off", "full_page_writes=off"]
         flags = [arg for setting in settings for arg in ("-c", setting)]
         return [*_postgres_user(), _postgres_binary("postgres"), "-D", str(data_dir), *flags]

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from devstack.config import PROFILES
+from devstack import config
 from devstack.services import running_process
 from streamforge_core import contract as c
 from tests.pipelines.spark.harness import consume_all
@@ -29,7 +29,7 @@ from tests.pipelines.spark.harness import consume_all
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.spark, pytest.mark.browser]
 
 REPO = Path(__file__).resolve().parents[1]
-PROFILE = PROFILES["test"]
+PROFILE = config.profile("test")
 
 
 class Api:
