@@ -16,14 +16,18 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+def test_the_state_folder_is_private(settings):
+    assert _mode(Path(settings.STATE_DIR)) == 0o700
+
+
+@pytest.mark.sqlite
 @pytest.mark.django_db
-def test_the_test_database_and_the_state_folder_are_private(settings):
+def test_the_sqlite_test_database_is_private():
     from django.db import connection
 
     connection.ensure_connection()
     database = Path(connection.settings_dict["NAME"])
     assert _mode(database) == 0o600
-    assert _mode(Path(settings.STATE_DIR)) == 0o700
 
 
 def test_a_new_sqlite_database_and_state_folder_are_created_private_whatever_the_umask(tmp_path):
@@ -38,6 +42,7 @@ def test_a_new_sqlite_database_and_state_folder_are_created_private_whatever_the
         "PATH": "/usr/bin:/bin",
         "DJANGO_SETTINGS_MODULE": "streamforge_web.settings",
         "DJANGO_SECRET_KEY": "x" * 50,
+        "STREAMFORGE_AUDIT_KEY": "k" * 48,
         "DATABASE_URL": f"sqlite:///{database}",
         "STREAMFORGE_STATE_DIR": str(state),
     }
