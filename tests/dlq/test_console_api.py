@@ -296,8 +296,9 @@ def test_the_audit_chain_verifies_and_an_edited_event_is_named(
     with django_capture_on_commit_callbacks(execute=True):  # the anchors are written after commit
         api.post(f"/api/dlq/messages/{parked[0].pk}/skip/", {"reason": "one"}, format="json")
         api.post(f"/api/dlq/messages/{parked[1].pk}/skip/", {"reason": "two"}, format="json")
-    api = api_for(people["admin"])  # verifying the chain is for admins
-    assert api.get("/api/audit/verify/").json()["ok"] is True
+        api = api_for(people["admin"])  # verifying the chain is for admins (making its token is audited)
+    first = api.get("/api/audit/verify/").json()
+    assert first["ok"] is True, first
     edited = AuditEvent.objects.get(action="dlq.skip", reason="one")
     with connection.cursor() as cursor:  # what someone with database access could do; the app cannot
         cursor.execute(
