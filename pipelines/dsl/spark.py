@@ -531,7 +531,7 @@ def _java_replacement(pattern: str, replacement: str) -> str:
         if isinstance(part, int):
             if part <= groups:
                 out.append(f"${part}")
-        elif not part.startswith("$"):
+        else:  # literal text, ``$$`` already turned into ``$``: escape what Java would read as syntax
             out.append(re.sub(r"([\\$0-9])", r"\\\1", part))
     return "".join(out)
 

@@ -362,3 +362,14 @@ def test_deserialization_agrees_with_the_evaluator_on_arbitrary_bytes(spark):
         assert_agreement(spark, destination(), batch, HANDLINGS[:1])
 
     check()
+
+
+def test_a_dollar_sign_replacement_agrees_on_every_empty_match(spark):
+    # Found by the transform property in a full run: ``$$`` (a literal ``$``) was dropped by the Spark
+    # compilation, so an empty-matching pattern replaced with "" there and with "$" in the evaluator.
+    batch = [
+        ev.Message(value=b'{"a": true}', key=None, headers=(), timestamp_ms=NOW_MS),
+        ev.Message(value=b'{"a": "t$1"}', key=None, headers=(), timestamp_ms=NOW_MS),
+    ]
+    for transform in ("STRING:REGEX_REPLACE,/a,x*,$$", "STRING:REGEX_REPLACE,/a,(t),$$${1}$$"):
+        assert_agreement(spark, destination(transform=transform), batch, HANDLINGS)
