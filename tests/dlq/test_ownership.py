@@ -16,6 +16,7 @@ from dlq import services
 from dlq.ingest import dlq_topics, store_batch
 from dlq.models import DeadLetter
 from pipelines.services import create_pipeline
+from pipelines.spec import SpecError
 from streamforge_core import contract as c
 from streamforge_core.kafka import Record
 from tests.dlq.conftest import api_for, dlq_headers, github_spec
@@ -159,17 +160,20 @@ def test_a_source_topic_header_naming_another_topic_does_not_widen_replay_target
     }
 
 
-def test_a_topic_named_by_two_pipelines_gives_each_record_to_the_writer_its_header_names(
+def test_a_header_naming_another_pipeline_does_not_move_a_record_off_its_topics_writer(
     people, team, pipeline
 ):
-    """Two pipelines reading one source topic share its default DLQ topic: the header may choose among
-    the pipelines that name that topic, and only among them."""
+    """Each DLQ topic has one writing pipeline (a second claim is refused), so the header cannot choose: a
+    record whose header names another pipeline, even one of the same team, stays with the topic's writer
+    and carries a warning naming what the header claimed."""
     spec = pipeline.current_revision.spec
+    with pytest.raises(SpecError, match="already the DLQ topic"):
+        create_pipeline(actor=people["admin"], name=f"twin-{uuid.uuid4().hex[:8]}", team=team, spec=spec)
     twin = create_pipeline(
         actor=people["admin"],
         name=f"twin-{uuid.uuid4().hex[:8]}",
         team=team,
-        spec={**spec, "destinations": spec["destinations"][:1]},
+        spec={**spec, "dlq": {**spec["dlq"], "topic": f"{spec['dlq']['topic']}-twin"}},
     )
     headers = dlq_headers(pipeline, error_type="E", message="m", source_offset=4)
     to_twin, to_first, to_stranger = _ingest(
@@ -177,7 +181,8 @@ def test_a_topic_named_by_two_pipelines_gives_each_record_to_the_writer_its_head
         _record(spec["dlq"]["topic"], headers),
         _record(spec["dlq"]["topic"], _with(headers, c.H_PIPELINE, b"somebody-else")),
     )
-    assert (to_twin.pipeline_id, to_twin.ownership_warning) == (twin.pk, "")
+    assert to_twin.pipeline_id == pipeline.pk
+    assert twin.name in to_twin.ownership_warning
     assert (to_first.pipeline_id, to_first.ownership_warning) == (pipeline.pk, "")
-    assert to_stranger.pipeline_id == pipeline.pk  # the oldest writer
+    assert to_stranger.pipeline_id == pipeline.pk
     assert "somebody-else" in to_stranger.ownership_warning

@@ -158,7 +158,7 @@ def test_the_list_socket_stops_forwarding_a_teams_pipelines_once_its_user_leaves
     monkeypatch.setattr(consumers, "ACCESS_RECHECK_SECONDS", 0.0, raising=False)
     create_pipeline(actor=admin_user, name="mine", team=team, spec=github_spec())
     other_team = TeamFactory(name="other-team")
-    create_pipeline(actor=admin_user, name="kept", team=other_team, spec=github_spec())
+    create_pipeline(actor=admin_user, name="kept", team=other_team, spec=github_spec(dlq="kept.dlq"))
     leaver = member(team, Role.OPERATOR, username="lee")
     Membership.objects.create(user=leaver, team=other_team, role=Role.VIEWER)
 
