@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Model
 from django.utils import timezone
 
@@ -40,6 +40,22 @@ from access.models import AuditEvent, HashScheme
 from access.permissions import AnyUser, visible_teams
 
 GENESIS = "0" * 64
+
+#: The PostgreSQL advisory lock (``pg_advisory_xact_lock``) appends to the chain queue on: a constant
+#: 64-bit key of our own ("sfaudit" in ASCII), held until the appending transaction ends.
+_APPEND_LOCK = 0x7366617564697400
+
+
+def _queue_for_the_tail() -> None:
+    """Wait, inside the current transaction, until no other transaction is appending to the chain.
+
+    On PostgreSQL two appends would otherwise both read the same tail (READ COMMITTED) and one would fail on
+    the unique sequence at commit time; under a burst of writers (twenty operators clicking at once) the
+    retries ran out and a mutation failed. The transaction-level advisory lock makes them queue instead.
+    SQLite needs nothing: its writers already hold the database lock (IMMEDIATE transactions)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_APPEND_LOCK])
 
 
 def digest(value: Any) -> str:
@@ -133,6 +149,7 @@ def record_many(*, actor: User | AnonymousUser | None, entries: list[Entry]) -> 
     for _ in range(5):
         try:
             with transaction.atomic():
+                _queue_for_the_tail()
                 tail = AuditEvent.objects.order_by("-sequence").only("sequence", "hash").first()
                 sequence, prev_hash = (tail.sequence, tail.hash) if tail else (0, GENESIS)
                 now = timezone.now()

@@ -7,13 +7,16 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
+import threading
+import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from access import audit
@@ -227,3 +230,32 @@ def test_the_api_page_and_command_say_unverified_when_an_anchor_cannot_be_read(e
     with pytest.raises(SystemExit) as exited:
         call_command("dlq", "verify-audit")
     assert exited.value.code == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_thirty_writers_appending_at_once_all_land_in_one_unbroken_chain():
+    """Guard: appends queue on a PostgreSQL advisory lock (``audit._queue_for_the_tail``). Without it they
+    race for the tail and retry on the unique sequence; thirty writers whose transactions go on briefly after
+    their event ran out of retries and their mutations failed (seen on PostgreSQL, where the suite runs).
+    Each writer has its own thread and connection; the join is bounded, so a deadlock fails the test."""
+    writers = 30
+    barrier = threading.Barrier(writers)
+
+    def write(number: int) -> Exception | None:
+        try:
+            barrier.wait(timeout=60)
+            with transaction.atomic():
+                audit.record(actor=None, action="test.burst", target_type="test", target_id=number)
+                time.sleep(0.02)  # the rest of the mutation's transaction
+            return None
+        except Exception as exc:  # the assertion below lists what each writer met
+            return exc
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(writers) as pool:
+        errors = [error for error in pool.map(write, range(writers), timeout=120) if error is not None]
+    assert errors == []
+    assert sorted(AuditEvent.objects.values_list("sequence", flat=True)) == list(range(1, writers + 1))
+    report = verify_chain()
+    assert (report.broken_at, report.events) == (None, writers)
