@@ -198,12 +198,15 @@ def finish_replays(
     with transaction.atomic():
         # One parameterized statement per row in a single executemany: Django's bulk_update builds a CASE
         # expression per field and row, which cost more than the produce itself at bulk sizes.
+        # FAILED_AGAIN stays: the replayed record can pass through the pipeline, fail again and be ingested
+        # (``ingest._link_replays``) before this transaction commits, and that outcome is the newer one.
         with connection.cursor() as cursor:
             cursor.executemany(
-                f"UPDATE {Replay._meta.db_table} SET state = %s, error = %s, finished_at = %s, "  # noqa: S608  # table name is ours
-                "produced_partition = %s, produced_offset = %s WHERE id = %s",
+                f"UPDATE {Replay._meta.db_table} SET state = CASE WHEN state = %s THEN state ELSE %s END, "  # noqa: S608  # table name is ours
+                "error = %s, finished_at = %s, produced_partition = %s, produced_offset = %s WHERE id = %s",
                 [
                     (
+                        ReplayState.FAILED_AGAIN,
                         a.state,
                         a.error,
                         connection.ops.adapt_datetimefield_value(a.finished_at),
