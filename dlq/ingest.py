@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
-from django.db import models, transaction
+from django.db import IntegrityError, models, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -183,14 +183,37 @@ def _timestamp(record: Record) -> datetime | None:
     return datetime.fromtimestamp(record.timestamp_ms / 1000, tz=UTC)
 
 
+#: How many times ``store_batch`` stores a batch again after another ingester stored part of it first.
+_STORE_ATTEMPTS = 3
+
+
 def store_batch(messages: Sequence[Record], owners: dict[str, TopicOwner]) -> BatchResult:
     """Store one polled batch of DLQ records in one transaction (see the module docstring).
+
+    Two ingesters can hold the same records for a moment (a consumer-group rebalance hands a partition to a
+    new member while the old one is still storing its last batch). The unique constraints (one row per DLQ
+    record, one failure group per key, one count per group and hour) let only one of them insert; the other
+    gets IntegrityError, rolls its whole batch back and stores it again, now finding those records stored.
+    Raises IntegrityError only when that keeps happening (``_STORE_ATTEMPTS`` times).
 
     ``owners`` maps each subscribed topic to its owner, which owns the topic's records
     (``TopicOwner.attribute``): a record's ``x-streamforge-pipeline`` header is kept as
     ``claimed_pipeline``, with an ``ownership_warning`` when it names another pipeline. Records of topics
     without an owner are skipped with a warning (the subscription has just changed).
     """
+    for attempt in range(1, _STORE_ATTEMPTS + 1):
+        try:
+            return _store_batch_once(messages, owners)
+        except IntegrityError:
+            if attempt == _STORE_ATTEMPTS:
+                raise
+            log.info(
+                "another ingester stored part of this batch first; storing the rest (attempt %d)", attempt
+            )
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _store_batch_once(messages: Sequence[Record], owners: dict[str, TopicOwner]) -> BatchResult:
     result = BatchResult()
     now = timezone.now()
     with transaction.atomic():

@@ -20,7 +20,16 @@ from access.models import AuditEvent, Role
 from dlq import services
 from dlq.filters import MessageFilter
 from dlq.ingest import TopicOwner, store_batch
-from dlq.models import ApprovalRequest, BulkAction, DeadLetter, Replay, ReplayState, Status
+from dlq.models import (
+    ApprovalRequest,
+    BulkAction,
+    DeadLetter,
+    FailureGroup,
+    GroupHourlyCount,
+    Replay,
+    ReplayState,
+    Status,
+)
 from dlq.services import bulk as bulk_actions
 from dlq.services import kafka_io
 from streamforge_core import contract as c
@@ -182,3 +191,50 @@ def test_a_replay_that_fails_again_before_its_produce_is_recorded_stays_failed_a
     assert attempt.produced_offset is not None  # the acknowledgement is still recorded
     assert DeadLetter.objects.get(replay_of=dead).error_message == "again"
     assert DeadLetter.objects.get(pk=dead.pk).status == Status.REPLAYED
+
+
+def test_two_ingesters_storing_the_same_records_at_once_store_each_once(pipeline, monkeypatch):
+    """A consumer-group rebalance can hand the same records to two ingesters at once. Guards: the unique
+    constraint ``one_row_per_dlq_record`` (and the group's unique key), and ``store_batch`` storing its
+    batch again after losing that race. Both ingesters read "nothing stored yet" before either commits (the
+    rendezvous after ``already_stored``); without the retry the loser's batch failed with IntegrityError
+    (the ingester stopped), and without the constraint every record was stored twice (both seen on
+    PostgreSQL, the constraint dropped by hand)."""
+    from dlq import ingest
+
+    topic = pipeline.current_revision.spec["dlq"]["topic"]
+    owners = {topic: TopicOwner(pipeline.team_id, pipeline.pk, pipeline.name)}
+    records = [
+        Record(
+            topic=topic,
+            partition=0,
+            offset=offset,
+            key=f"k{offset}".encode(),
+            value=b'{"id": 1}',
+            headers=dlq_headers(pipeline, error_type="Validation", message="no id", source_offset=offset),
+            timestamp_ms=None,
+        )
+        for offset in range(30)
+    ]
+    both_read = threading.Barrier(2)
+    first_read = threading.local()
+    already_stored = ingest.already_stored
+
+    def read_then_meet(messages):
+        found = already_stored(messages)
+        if not getattr(first_read, "done", False):
+            first_read.done = True
+            with contextlib.suppress(threading.BrokenBarrierError):
+                both_read.wait(timeout=3)
+        return found
+
+    monkeypatch.setattr(ingest, "already_stored", read_then_meet)
+
+    outcomes = run_together([lambda: store_batch(records, owners) for _ in range(2)])
+
+    assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
+    assert sorted((o.inserted, o.already_stored) for o in outcomes) == [(0, 30), (30, 0)]
+    assert DeadLetter.objects.filter(dlq_topic=topic).count() == 30
+    [group] = FailureGroup.objects.filter(dlq_topic=topic)
+    assert group.count == 30
+    assert sum(GroupHourlyCount.objects.filter(group=group).values_list("count", flat=True)) == 30
