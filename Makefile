@@ -54,13 +54,13 @@ check-deploy: venv
 	  STREAMFORGE_AUDIT_KEY=$$($(PY) -c 'import secrets; print(secrets.token_urlsafe(48))') \
 	  $(PY) manage.py check --deploy --fail-level WARNING
 
-# The test services run on their own ports (Kafka 19092, Redis 16379, PostgreSQL 15433) so a running demo is
-# not disturbed. Two runs, both must pass: the whole suite on PostgreSQL (the test profile's own cluster; the
+# The test services run on their own ports (Kafka 19092, the secured Kafka 19094-19098, Redis 16379, PostgreSQL
+# 15433) so a running demo is not disturbed. Two runs, both must pass: the whole suite on PostgreSQL (the test profile's own cluster; the
 # database a deployment uses, where locks and column widths are real), then on SQLite, the embedded default,
 # the tests marked `sqlite` (migrations from empty, its locking settings). The services are stopped afterwards
 # whatever the outcome. PYTEST_ARGS narrows the first run; DB=sqlite runs the whole suite on SQLite instead.
 TEST_DB := $(or $(DB),postgres)
-TEST_SERVICES := kafka redis $(if $(filter postgres,$(TEST_DB)),postgres)
+TEST_SERVICES := kafka kafka-secure redis $(if $(filter postgres,$(TEST_DB)),postgres)
 test: venv system lint types check-deploy
 	STREAMFORGE_DB=$(TEST_DB) $(PY) -m devstack --profile test up $(TEST_SERVICES)
 	@( unset DATABASE_URL; eval "$$(STREAMFORGE_DB=$(TEST_DB) $(PY) -m devstack --profile test env)"; \

@@ -36,6 +36,9 @@ class Profile:
     postgres_port: int
     debug: bool
     durable: bool = True
+    secured_kafka: bool = False
+    """Whether the stack has the secured Kafka broker (``kafka-secure``: TLS, SASL, mTLS, ACLs) beside the
+    plaintext one; the test profile has it, for the tests of secured connections."""
     """False for the test stack: its PostgreSQL runs without fsync (the suite creates and drops its database
     and never needs to survive a power cut)."""
 
@@ -83,6 +86,25 @@ class Profile:
     def web_url(self) -> str:
         return f"http://127.0.0.1:{self.web_port}"
 
+    @property
+    def secure_kafka(self) -> SecureKafkaPorts:
+        """The secured broker's ports, just above the plaintext broker's and its controller's."""
+        base = self.kafka_port
+        return SecureKafkaPorts(
+            sasl=base + 2, mtls=base + 3, wrong_host=base + 4, internal=base + 5, controller=base + 6
+        )
+
+
+@dataclass(frozen=True)
+class SecureKafkaPorts:
+    """The listeners of the test stack's secured broker (see ``conf/kafka-secure-server.properties``)."""
+
+    sasl: int
+    mtls: int
+    wrong_host: int
+    internal: int
+    controller: int
+
 
 PROFILES: dict[str, Profile] = {
     "dev": Profile(
@@ -103,6 +125,7 @@ PROFILES: dict[str, Profile] = {
         postgres_port=15433,
         debug=True,
         durable=False,
+        secured_kafka=True,
     ),
     # The fault-injection run (``make chaos``) stops and kills its own broker, Redis and workers, so it has a
     # whole private stack: nothing shared with a demo or another engineer's test run is ever touched.

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-from devstack import jars
+from devstack import jars, tls
 from devstack.config import CONF_DIR, REPO_ROOT, Profile
 
 
@@ -49,6 +49,8 @@ class Service:
     env: Callable[[], dict[str, str]] = dict
     ready_timeout: float = 60.0
     stop_timeout: float = 20.0
+    provision: Callable[[], None] = lambda: None
+    """Runs once the service is ready (idempotent: users, ACLs); raises StackError when it cannot."""
 
 
 # ---------------------------------------------------------------------------------------------- processes
@@ -148,6 +150,7 @@ def start(profile: Profile, service: Service) -> str:
                 f"({log}):\n{_tail(log)}"
             )
         if service.ready():
+            service.provision()
             return f"{service.name}: started (pid {child.pid})"
         time.sleep(0.3)
     stop(profile, service)
@@ -252,6 +255,7 @@ def django_env(profile: Profile) -> dict[str, str]:
         "STREAMFORGE_SPARK_JARS": ",".join(str(p) for p in jars.spark_connector_jars()),
         "STREAMFORGE_STATE_DIR": str(profile.state_dir),
         "STREAMFORGE_WEB_URL": profile.web_url,
+        **secure_kafka_env(profile),
     }
 
 
@@ -315,9 +319,176 @@ def _kafka(profile: Profile) -> Service:
     )
 
 
+#: The secured broker's users. ``admin`` is a super user; ``alice`` may use topics, groups and transactional
+#: ids whose names start with ``secure.``; ``bob`` may only read (and describe) them.
+SECURE_KAFKA_USERS = ("admin", "alice", "bob")
+SECURE_PREFIX = "secure."
+
+
+def _secure_kafka_folders(profile: Profile) -> tuple[Path, Path, Path]:
+    home = profile.state_dir / "kafka-secure"
+    return home, home / "secrets", home / "data"
+
+
+def secure_kafka_password(profile: Profile, user: str) -> str:
+    """The SCRAM and PLAIN password of ``user`` on the secured broker (made once per stack, kept 0600)."""
+    return (_secure_kafka_folders(profile)[1] / f"{user}.password").read_text().strip()
+
+
+def secure_kafka_env(profile: Profile) -> dict[str, str]:
+    """Where the tests find the secured broker: listener addresses, the CA, client certificates and the
+    folder of password files (never the passwords themselves). Empty for a profile without it."""
+    if not profile.secured_kafka:
+        return {}
+    home, secrets_dir, _data = _secure_kafka_folders(profile)
+    files, ports = tls.TlsFiles(home / "tls"), profile.secure_kafka
+    env = {
+        "STREAMFORGE_TEST_KAFKA_SASL_SSL": f"127.0.0.1:{ports.sasl}",
+        "STREAMFORGE_TEST_KAFKA_MTLS": f"127.0.0.1:{ports.mtls}",
+        "STREAMFORGE_TEST_KAFKA_WRONG_HOST": f"127.0.0.1:{ports.wrong_host}",
+        "STREAMFORGE_TEST_KAFKA_SECURE_INTERNAL": f"127.0.0.1:{ports.internal}",
+        "STREAMFORGE_TEST_KAFKA_CA": str(files.ca),
+        "STREAMFORGE_TEST_KAFKA_SECRETS_DIR": str(secrets_dir),
+    }
+    for client in tls.CLIENTS:
+        env[f"STREAMFORGE_TEST_KAFKA_CLIENT_CERT_{client.upper()}"] = str(files.client_cert(client))
+        env[f"STREAMFORGE_TEST_KAFKA_CLIENT_KEY_{client.upper()}"] = str(files.client_key(client))
+    return env
+
+
+def _kafka_secure(profile: Profile) -> Service:
+    """The secured broker of the test stack (``conf/kafka-secure-server.properties``)."""
+    import secrets as random_secrets
+
+    home, secrets_dir, data_dir = _secure_kafka_folders(profile)
+    config = home / "server.properties"
+    ports = profile.secure_kafka
+    internal = f"127.0.0.1:{ports.internal}"
+
+    def prepare() -> None:
+        jar_dir = jars.kafka_jars()
+        java = shutil.which("java")
+        if java is None:
+            raise StackError("kafka-secure: `java` (17 or newer) is not on PATH; install a JDK and rerun")
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        home.chmod(0o700)
+        secrets_dir.mkdir(mode=0o700, exist_ok=True)
+        for user in SECURE_KAFKA_USERS:
+            password_file = secrets_dir / f"{user}.password"
+            if not password_file.exists():
+                password_file.write_text(random_secrets.token_urlsafe(24) + "\n")
+                password_file.chmod(0o600)
+        try:
+            files = tls.ensure(home / "tls")
+        except tls.TlsError as exc:
+            raise StackError(f"kafka-secure: {exc}") from exc
+        plain_users = " ".join(f'user_{u}="{secure_kafka_password(profile, u)}"' for u in SECURE_KAFKA_USERS)
+        template = (CONF_DIR / "kafka-secure-server.properties").read_text()
+        config.write_text(
+            template.format(
+                internal_port=ports.internal, sasl_port=ports.sasl, mtls_port=ports.mtls,
+                wrong_host_port=ports.wrong_host, controller_port=ports.controller, log_dir=data_dir,
+                plain_users=plain_users, broker_pem=files.broker, wrong_host_pem=files.wrong_host,
+                ca_pem=files.ca, wrong_host=tls.WRONG_HOST,
+            )
+        )  # fmt: skip
+        config.chmod(0o600)  # it holds the PLAIN users' passwords
+        if not (data_dir / "meta.properties").exists():
+            result = subprocess.run(
+                [java, "-cp", f"{jar_dir}/*", "kafka.tools.StorageTool", "format", "-t", kafka_cluster_id(),
+                 "-c", str(config)],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            if result.returncode != 0:
+                raise StackError(
+                    f"kafka-secure: formatting KRaft storage failed:\n{result.stdout}{result.stderr}"
+                )
+
+    def command() -> list[str]:
+        return [
+            "java", "-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={CONF_DIR / 'kafka-log4j2.properties'}",
+            "-cp", f"{jars.kafka_jars()}/*", "kafka.Kafka", str(config),
+        ]  # fmt: skip
+
+    def provision() -> None:
+        _provision_secure_kafka(profile, internal)
+
+    return Service(
+        "kafka-secure",
+        (ports.sasl, ports.mtls, ports.wrong_host, ports.internal, ports.controller),
+        command,
+        _kafka_ready(internal),
+        prepare,
+        ready_timeout=90,
+        stop_timeout=30,
+        provision=provision,
+    )
+
+
+def _provision_secure_kafka(profile: Profile, internal: str) -> None:
+    """SCRAM credentials for every user and the ACLs of ``alice`` and ``bob``, through the admin API on the
+    internal listener (whose principal is a super user). Idempotent: upserts and re-creating an ACL."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialAlteration,
+        UserScramCredentialUpsertion,
+    )
+
+    from streamforge_core.kafka import KafkaConnection, admin_config
+
+    admin = AdminClient(admin_config(KafkaConnection(internal)))
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+    upserts: list[UserScramCredentialAlteration] = [
+        UserScramCredentialUpsertion(user, info, secure_kafka_password(profile, user).encode())
+        for user in SECURE_KAFKA_USERS
+    ]
+
+    def allow(
+        user: str, kind: ResourceType, name: str, operation: AclOperation, prefixed: bool = True
+    ) -> AclBinding:
+        pattern = ResourcePatternType.PREFIXED if prefixed else ResourcePatternType.LITERAL
+        return AclBinding(kind, name, pattern, f"User:{user}", "*", operation, AclPermissionType.ALLOW)
+
+    topic, group, txn = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
+    acls = [
+        *(allow("alice", topic, SECURE_PREFIX, op) for op in
+          (AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE, AclOperation.CREATE,
+           AclOperation.DESCRIBE_CONFIGS)),
+        allow("alice", group, SECURE_PREFIX, AclOperation.READ),
+        allow("alice", group, SECURE_PREFIX, AclOperation.DESCRIBE),
+        allow("alice", txn, SECURE_PREFIX, AclOperation.WRITE),
+        allow("alice", txn, SECURE_PREFIX, AclOperation.DESCRIBE),
+        allow("alice", ResourceType.BROKER, "kafka-cluster", AclOperation.IDEMPOTENT_WRITE, prefixed=False),
+        allow("bob", topic, SECURE_PREFIX, AclOperation.READ),
+        allow("bob", topic, SECURE_PREFIX, AclOperation.DESCRIBE),
+        allow("bob", group, SECURE_PREFIX, AclOperation.READ),
+    ]  # fmt: skip
+    try:
+        for future in admin.alter_user_scram_credentials(upserts).values():
+            future.result(timeout=30)
+        for future in admin.create_acls(acls).values():
+            future.result(timeout=30)
+    except KafkaException as exc:
+        raise StackError(f"kafka-secure: provisioning users and ACLs failed: {exc}") from exc
+
+
 # Debian packages the stack and the tests use, by the command each provides.
 # chromium: the real browser of the browser tests (Playwright drives it; its own browser download is not used).
-SYSTEM_PACKAGES = {"redis-server": "redis-server", "kcat": "kcat", "chromium": "chromium"}
+SYSTEM_PACKAGES = {
+    "redis-server": "redis-server",
+    "kcat": "kcat",
+    "chromium": "chromium",
+    "openssl": "openssl",
+}
 
 
 def ensure_system_packages(commands: dict[str, str] | None = None) -> list[str]:
@@ -556,6 +727,7 @@ def services(profile: Profile) -> list[Service]:
     return [
         *([_postgres(profile)] if profile.uses_postgres else []),
         _kafka(profile),
+        *([_kafka_secure(profile)] if profile.secured_kafka else []),
         _redis(profile),
         _web(profile),
         _worker(profile),

@@ -35,7 +35,11 @@ def test_every_application_container_gets_the_settings_the_local_stack_uses():
         environment = services[name]["environment"]
         assert local_keys <= set(environment), name
         assert environment["DATABASE_URL"].startswith("postgres://")
-        assert environment["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
+        assert environment["KAFKA_BOOTSTRAP_SERVERS"] == "${KAFKA_BOOTSTRAP_SERVERS:-kafka:9092}"
+        # A secured cluster comes from the environment; the password only as a file, never a value here.
+        assert environment["KAFKA_SECURITY_PROTOCOL"] == "${KAFKA_SECURITY_PROTOCOL:-PLAINTEXT}"
+        assert "KAFKA_SASL_PASSWORD" not in environment
+        assert environment["KAFKA_SASL_PASSWORD_FILE"] == "${KAFKA_SASL_PASSWORD_FILE:-}"
 
 
 def test_the_worker_and_beat_run_the_celery_app_of_the_project():
