@@ -27,7 +27,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from django.conf import settings
 
 from streamforge_core import redis_client
-from streamforge_core.kafka import KafkaConnection, admin_config, consumer_config, producer_config
+from streamforge_core.kafka import (
+    KafkaConnection,
+    admin_config,
+    connection_from_environment,
+    consumer_config,
+    producer_config,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +64,7 @@ _lock = threading.Lock()
 
 
 def _connection() -> KafkaConnection:
-    return KafkaConnection(str(settings.KAFKA_BOOTSTRAP_SERVERS))
+    return connection_from_environment(os.environ, bootstrap_servers=str(settings.KAFKA_BOOTSTRAP_SERVERS))
 
 
 def _state() -> _KafkaState:

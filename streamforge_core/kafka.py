@@ -19,6 +19,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Message
@@ -47,20 +48,252 @@ def topic_name_problem(name: str) -> str | None:
     return None
 
 
+#: ``security.protocol`` values (Kafka's ``SecurityProtocol``; librdkafka takes the same names).
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+#: The SASL mechanisms a connection may use (user name and password; no Kerberos or OAuth yet).
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_JAAS_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+class Secret:
+    """A credential in memory: its text only through ``reveal()``; ``repr``/``str`` never show it, so a
+    connection that ends up in a log line, an exception or a debugger's display does not leak it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        """The secret's text, for the one place that hands it to a client library."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('********')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and _same_text(self._value, other._value)
+
+    def __hash__(self) -> int:
+        return hash(Secret)
+
+
+def _same_text(a: str, b: str) -> bool:
+    """Constant-time equality of two strings (``hmac.compare_digest``)."""
+    import hmac
+
+    return hmac.compare_digest(a.encode(), b.encode())
+
+
 @dataclass(frozen=True)
 class KafkaConnection:
-    """How to reach one Kafka cluster: ``bootstrap_servers`` is librdkafka's and the Java client's
-    comma-separated ``host:port`` list (``bootstrap.servers``)."""
+    """How to reach and authenticate to one Kafka cluster.
+
+    ``bootstrap_servers``: the comma-separated ``host:port`` list (``bootstrap.servers``).
+    ``security_protocol``: one of ``SECURITY_PROTOCOLS``. With SASL_*: ``sasl_mechanism`` (one of
+    ``SASL_MECHANISMS``), ``sasl_username`` and ``sasl_password``. With SSL/SASL_SSL: ``ssl_ca_location``
+    (PEM file of the authorities to trust; empty: the system's), and for a client certificate (mTLS)
+    ``ssl_certificate_location`` and ``ssl_key_location`` (PEM; the key unencrypted PKCS#8, which both
+    librdkafka and the Java client read). ``verify_hostname`` (default on) checks the broker certificate
+    names the host connected to (``ssl.endpoint.identification.algorithm=https``).
+
+    Raises ValueError naming the field when a combination is incomplete or unknown.
+    """
 
     bootstrap_servers: str
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = ""
+    sasl_username: str = ""
+    sasl_password: Secret | None = None
+    ssl_ca_location: str = ""
+    ssl_certificate_location: str = ""
+    ssl_key_location: str = ""
+    verify_hostname: bool = True
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers.strip():
             raise ValueError("a Kafka connection needs at least one bootstrap server (host:port)")
+        if self.security_protocol not in SECURITY_PROTOCOLS:
+            raise ValueError(f"security_protocol must be one of {', '.join(SECURITY_PROTOCOLS)}")
+        if self.uses_sasl:
+            if self.sasl_mechanism not in SASL_MECHANISMS:
+                raise ValueError(f"sasl_mechanism must be one of {', '.join(SASL_MECHANISMS)}")
+            if not self.sasl_username or self.sasl_password is None:
+                raise ValueError(f"{self.security_protocol} needs sasl_username and sasl_password")
+        elif self.sasl_mechanism or self.sasl_username or self.sasl_password is not None:
+            raise ValueError(f"SASL settings were given but security_protocol is {self.security_protocol}")
+        if not self.uses_tls and (
+            self.ssl_ca_location or self.ssl_certificate_location or self.ssl_key_location
+        ):
+            raise ValueError(f"TLS files were given but security_protocol is {self.security_protocol}")
+        if bool(self.ssl_certificate_location) != bool(self.ssl_key_location):
+            raise ValueError("a client certificate needs both ssl_certificate_location and ssl_key_location")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.security_protocol.endswith("SSL")
 
     def client_settings(self) -> ClientConfig:
-        """The settings every librdkafka client of this cluster starts from, whatever its role."""
-        return {"bootstrap.servers": self.bootstrap_servers}
+        """The librdkafka settings every client of this cluster starts from, whatever its role (librdkafka's
+        CONFIGURATION.md names). Holds the password in clear: hand it to the client, never log it."""
+        settings: ClientConfig = {"bootstrap.servers": self.bootstrap_servers}
+        if self.security_protocol == "PLAINTEXT":
+            return settings
+        settings["security.protocol"] = self.security_protocol
+        if self.uses_sasl:
+            assert self.sasl_password is not None  # __post_init__
+            settings.update(
+                {
+                    "sasl.mechanisms": self.sasl_mechanism,
+                    "sasl.username": self.sasl_username,
+                    "sasl.password": self.sasl_password.reveal(),
+                }
+            )
+        if self.uses_tls:
+            settings["ssl.endpoint.identification.algorithm"] = "https" if self.verify_hostname else "none"
+            if self.ssl_ca_location:
+                settings["ssl.ca.location"] = self.ssl_ca_location
+            if self.ssl_certificate_location:
+                settings["ssl.certificate.location"] = self.ssl_certificate_location
+                settings["ssl.key.location"] = self.ssl_key_location
+        return settings
+
+    def java_client_settings(self) -> dict[str, str]:
+        """The same connection for Kafka's Java client (the names of Kafka's client configuration reference;
+        what Spark's Kafka source and sink take with a ``kafka.`` prefix). SASL credentials go in
+        ``sasl.jaas.config``; PEM files are read with ``ssl.truststore.type=PEM`` and, for a client
+        certificate, ``ssl.keystore.type=PEM`` with the key and chain inline (KIP-651)."""
+        settings = {"bootstrap.servers": self.bootstrap_servers}
+        if self.security_protocol == "PLAINTEXT":
+            return settings
+        settings["security.protocol"] = self.security_protocol
+        if self.uses_sasl:
+            assert self.sasl_password is not None  # __post_init__
+            settings["sasl.mechanism"] = self.sasl_mechanism
+            settings["sasl.jaas.config"] = (
+                f"{_JAAS_MODULES[self.sasl_mechanism]} required username={_jaas_quoted(self.sasl_username)} "
+                f"password={_jaas_quoted(self.sasl_password.reveal())};"
+            )
+        if self.uses_tls:
+            settings["ssl.endpoint.identification.algorithm"] = "https" if self.verify_hostname else ""
+            if self.ssl_ca_location:
+                settings["ssl.truststore.type"] = "PEM"
+                settings["ssl.truststore.location"] = self.ssl_ca_location
+            if self.ssl_certificate_location:
+                settings["ssl.keystore.type"] = "PEM"
+                settings["ssl.keystore.certificate.chain"] = _read_pem(self.ssl_certificate_location)
+                settings["ssl.keystore.key"] = _read_pem(self.ssl_key_location)
+        return settings
+
+    def describe(self) -> str:
+        """The connection for people and logs: servers, protocol, mechanism, user, files; never a secret."""
+        parts = [self.bootstrap_servers, self.security_protocol]
+        if self.uses_sasl:
+            parts.append(f"{self.sasl_mechanism} as {self.sasl_username}")
+        if self.ssl_certificate_location:
+            parts.append(f"client certificate {self.ssl_certificate_location}")
+        if self.uses_tls and not self.verify_hostname:
+            parts.append("hostname verification OFF")
+        return ", ".join(parts)
+
+
+def _jaas_quoted(value: str) -> str:
+    """A JAAS option value in double quotes, with backslashes and quotes escaped (JAAS's ConfigFile syntax)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _read_pem(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+#: The environment variables ``connection_from_environment`` reads (the README's table).
+ENVIRONMENT = (
+    "KAFKA_BOOTSTRAP_SERVERS", "KAFKA_SECURITY_PROTOCOL", "KAFKA_SASL_MECHANISM", "KAFKA_SASL_USERNAME",
+    "KAFKA_SASL_PASSWORD", "KAFKA_SASL_PASSWORD_FILE", "KAFKA_SSL_CA_LOCATION",
+    "KAFKA_SSL_CERTIFICATE_LOCATION", "KAFKA_SSL_KEY_LOCATION", "KAFKA_SSL_VERIFY_HOSTNAME",
+)  # fmt: skip
+
+
+def connection_from_environment(
+    environ: Mapping[str, str], *, bootstrap_servers: str = ""
+) -> KafkaConnection:
+    """The installation's default cluster from ``KAFKA_*`` variables (``ENVIRONMENT``).
+
+    The password is never a setting of its own: it is read, each time a connection is built, from
+    ``KAFKA_SASL_PASSWORD`` or from the file ``KAFKA_SASL_PASSWORD_FILE`` names (a mounted secret; one
+    trailing newline dropped). ``bootstrap_servers`` overrides ``KAFKA_BOOTSTRAP_SERVERS``.
+    Raises ValueError naming the variable that is missing or wrong.
+    """
+    protocol = environ.get("KAFKA_SECURITY_PROTOCOL", "").strip().upper() or "PLAINTEXT"
+    password: Secret | None = None
+    if protocol.startswith("SASL_"):
+        if environ.get("KAFKA_SASL_PASSWORD_FILE"):
+            path = environ["KAFKA_SASL_PASSWORD_FILE"]
+            try:
+                password = Secret(Path(path).read_text().removesuffix("\n"))
+            except OSError as exc:
+                raise ValueError(f"KAFKA_SASL_PASSWORD_FILE: cannot read {path}: {exc.strerror}") from exc
+        elif environ.get("KAFKA_SASL_PASSWORD"):
+            password = Secret(environ["KAFKA_SASL_PASSWORD"])
+        else:
+            raise ValueError(
+                f"KAFKA_SECURITY_PROTOCOL={protocol} needs KAFKA_SASL_PASSWORD or KAFKA_SASL_PASSWORD_FILE"
+            )
+    verify = environ.get("KAFKA_SSL_VERIFY_HOSTNAME", "true").strip().lower()
+    if verify not in {"true", "false", "1", "0", "yes", "no"}:
+        raise ValueError(f"KAFKA_SSL_VERIFY_HOSTNAME must be true or false, not {verify!r}")
+    try:
+        return KafkaConnection(
+            bootstrap_servers=bootstrap_servers or environ.get("KAFKA_BOOTSTRAP_SERVERS", ""),
+            security_protocol=protocol,
+            sasl_mechanism=environ.get("KAFKA_SASL_MECHANISM", "").strip().upper() if password else "",
+            sasl_username=environ.get("KAFKA_SASL_USERNAME", "") if password else "",
+            sasl_password=password,
+            ssl_ca_location=environ.get("KAFKA_SSL_CA_LOCATION", ""),
+            ssl_certificate_location=environ.get("KAFKA_SSL_CERTIFICATE_LOCATION", ""),
+            ssl_key_location=environ.get("KAFKA_SSL_KEY_LOCATION", ""),
+            verify_hostname=verify in {"true", "1", "yes"},
+        )
+    except ValueError as exc:
+        raise ValueError(f"the KAFKA_* settings: {exc}") from exc
+
+
+def connection_environment(conn: KafkaConnection) -> dict[str, str]:
+    """``conn`` as the ``KAFKA_*`` variables ``connection_from_environment`` reads: how a parent process hands
+    its connection to a child (the Spark driver) without putting the password on a command line. The
+    password travels in ``KAFKA_SASL_PASSWORD`` of the child's environment, readable by its user only."""
+    env = {
+        "KAFKA_BOOTSTRAP_SERVERS": conn.bootstrap_servers,
+        "KAFKA_SECURITY_PROTOCOL": conn.security_protocol,
+    }
+    if conn.uses_sasl:
+        assert conn.sasl_password is not None
+        env.update(
+            KAFKA_SASL_MECHANISM=conn.sasl_mechanism,
+            KAFKA_SASL_USERNAME=conn.sasl_username,
+            KAFKA_SASL_PASSWORD=conn.sasl_password.reveal(),
+        )
+    if conn.uses_tls:
+        env.update(
+            KAFKA_SSL_CA_LOCATION=conn.ssl_ca_location,
+            KAFKA_SSL_CERTIFICATE_LOCATION=conn.ssl_certificate_location,
+            KAFKA_SSL_KEY_LOCATION=conn.ssl_key_location,
+            KAFKA_SSL_VERIFY_HOSTNAME="true" if conn.verify_hostname else "false",
+        )
+    return env
 
 
 def _merged(conn: KafkaConnection, role: ClientConfig, extra: Mapping[str, Any] | None) -> ClientConfig:
@@ -136,8 +369,9 @@ def admin_config(conn: KafkaConnection, *, extra: Mapping[str, Any] | None = Non
 
 def spark_kafka_options(conn: KafkaConnection) -> dict[str, str]:
     """The connection as options of Spark's Kafka source and sink: each Java client setting prefixed with
-    ``kafka.`` (Spark's Structured Streaming + Kafka Integration Guide, "Kafka Specific Configurations")."""
-    return {f"kafka.{name}": str(value) for name, value in conn.client_settings().items()}
+    ``kafka.`` (Spark's Structured Streaming + Kafka Integration Guide, "Kafka Specific Configurations").
+    Spark redacts ``sasl.jaas.config`` and keys matching ``spark.redaction.regex`` where it shows options."""
+    return {f"kafka.{name}": value for name, value in conn.java_client_settings().items()}
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,13 @@ from pipelines.spark.writer import SUMMARY_SCHEMA, DestinationInfo, WriterConfig
 from pipelines.spec import PipelineSpec, SpecError, parse_spec
 from streamforge_core import contract as c
 from streamforge_core import redis_client
-from streamforge_core.kafka import KafkaConnection, admin_config, consumer_config, spark_kafka_options
+from streamforge_core.kafka import (
+    KafkaConnection,
+    admin_config,
+    connection_from_environment,
+    consumer_config,
+    spark_kafka_options,
+)
 
 log = logging.getLogger("streamforge.driver")
 
@@ -416,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
         pipeline=args.pipeline,
         revision=args.revision,
         run_id=args.run_id or str(uuid.uuid4()),
-        kafka=KafkaConnection(args.bootstrap),
+        # Security (TLS, SASL) from the KAFKA_* environment the supervisor passed: never on the command line.
+        kafka=connection_from_environment(os.environ, bootstrap_servers=args.bootstrap),
         redis_url=args.redis_url,
         checkpoint_dir=args.checkpoint_dir,
         master=args.master,

@@ -30,7 +30,7 @@ from pipelines.supervision.exits import _end_run
 from pipelines.supervision.processes import _alive, _children, _hostname, _signal_process
 from pipelines.supervision.status import _status
 from streamforge_core import contract as c
-from streamforge_core.kafka import admin_config
+from streamforge_core.kafka import admin_config, connection_environment
 
 log = logging.getLogger("pipelines.supervision")
 
@@ -145,7 +145,9 @@ def _launch(run: PipelineRun, workdir: Path) -> None:
     spec_file = workdir / "spec.json"
     spec_file.write_text(json.dumps(run.revision.spec))
     checkpoint_dir(run.pipeline.name).parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # The connection's security settings and password go in the driver's environment (readable by its user
+    # only), never in its command line, where `ps` shows them to everyone.
+    env = {**os.environ, **connection_environment(default_kafka()), "PYTHONUNBUFFERED": "1"}
     with Path(run.log_path).open("ab") as log_file:
         process = subprocess.Popen(
             driver_command(run, spec_file),
