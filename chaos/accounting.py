@@ -49,22 +49,26 @@ def end_offsets(bootstrap: str, topic: str, *, timeout: float = 10.0) -> dict[in
 
 
 def consume_all(
-    bootstrap: str,
+    bootstrap: str | KafkaConnection,
     topic: str,
     *,
     read_committed: bool = False,
     timeout: float = 30.0,
     ends: Mapping[int, int] | None = None,
     starts: Mapping[int, int] | None = None,
+    group_prefix: str = "reader-",
 ) -> list[Record]:
     """Every record of ``topic`` from ``starts`` ({partition: first offset}; default the beginning) to
-    ``ends`` ({partition: end offset, exclusive}; default: the end offsets as of the call). Raises
+    ``ends`` ({partition: end offset, exclusive}; default: the end offsets as of the call). ``bootstrap`` is
+    the servers of a plaintext cluster or a whole (secured) connection; ``group_prefix`` starts the throw-away
+    consumer group's name (a principal may need a prefix its ACLs allow). Raises
     TimeoutError when they are not all read in ``timeout`` seconds (a silent short read would look like
     lost records)."""
+    conn = bootstrap if isinstance(bootstrap, KafkaConnection) else KafkaConnection(bootstrap)
     consumer = Consumer(
         consumer_config(
-            KafkaConnection(bootstrap),
-            group_id=f"reader-{uuid.uuid4()}",
+            conn,
+            group_id=f"{group_prefix}{uuid.uuid4()}",
             read_committed=read_committed,
             extra={"fetch.message.max.bytes": 20_000_000},
         )

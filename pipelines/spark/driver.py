@@ -43,7 +43,7 @@ from pipelines.spark.session import build_session
 from pipelines.spark.writer import SUMMARY_SCHEMA, DestinationInfo, WriterConfig, make_partition_writer
 from pipelines.spec import PipelineSpec, SpecError, parse_spec
 from streamforge_core import contract as c
-from streamforge_core import redis_client
+from streamforge_core import kafka_probe, redis_client
 from streamforge_core.kafka import (
     KafkaConnection,
     admin_config,
@@ -73,6 +73,23 @@ class DriverOptions:
 
 class ConfigError(Exception):
     """The pipeline cannot run as configured (missing topic, bad spec): error type Config."""
+
+
+def preflight(kafka: KafkaConnection, spec: PipelineSpec) -> None:
+    """Before the query starts: may this principal reach the cluster, read the sources and write every
+    destination and the DLQ? A wrong password or certificate, a failed TLS handshake or a missing ACL
+    raises ConfigError naming the cause (the pipeline halts with reason Config: restarting cannot fix
+    credentials); a cluster that does not answer is left to the query's own retries."""
+    report = kafka_probe.probe(kafka, read=spec.source.topics, write=spec.output_topics(), timeout=15)
+    problems = report.config_problems()
+    if problems:
+        raise ConfigError(f"Kafka ({kafka.describe()}): " + "; ".join(p.message for p in problems))
+    log.info(
+        "Kafka %s: cluster %s, %d broker(s), access checked",
+        kafka.describe(),
+        report.cluster_id,
+        report.brokers,
+    )
 
 
 def topic_limits(admin: AdminClient, topics: list[str]) -> dict[str, int]:
@@ -294,6 +311,7 @@ class Driver:
         """Start the query and block until it ends; returns the exit code."""
         spec, options = self.spec, self.options
         threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
+        preflight(options.kafka, spec)
         limits = topic_limits(self.admin, [*spec.source.topics, *spec.output_topics()])
         self.writer_config = WriterConfig(
             pipeline=options.pipeline,

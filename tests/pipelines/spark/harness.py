@@ -34,13 +34,15 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def produce(
-    bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None]], partitions: int = 1
+    bootstrap: str | KafkaConnection,
+    topic: str,
+    records: Iterable[tuple[bytes | None, bytes | None]],
+    partitions: int = 1,
 ) -> list[tuple[int, int]]:
     """Produce (key, value) pairs round-robin over ``partitions``; returns each record's (partition, offset)
-    in input order, after every acknowledgement."""
-    producer = Producer(
-        producer_config(KafkaConnection(bootstrap), extra={"linger.ms": 5, "message.max.bytes": 10_000_000})
-    )
+    in input order, after every acknowledgement. ``bootstrap``: plaintext servers or a whole connection."""
+    conn = bootstrap if isinstance(bootstrap, KafkaConnection) else KafkaConnection(bootstrap)
+    producer = Producer(producer_config(conn, extra={"linger.ms": 5, "message.max.bytes": 10_000_000}))
     coordinates: list[tuple[int, int] | None] = []
 
     def remember(index: int):
@@ -79,6 +81,7 @@ class DriverProcess:
     revision: int = 1
     master: str = "local[2]"
     run_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    env: dict[str, str] = field(default_factory=dict)  # added to the child's environment (KAFKA_* security)
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -93,7 +96,7 @@ class DriverProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         spec_file = self.workdir / "spec.json"
         spec_file.write_text(json.dumps(self.spec))
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYSPARK_PYTHON": sys.executable}
+        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1", "PYSPARK_PYTHON": sys.executable}
         self.process = subprocess.Popen(
             [
                 sys.executable, "-m", "pipelines.spark.driver",

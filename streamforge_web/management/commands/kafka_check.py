@@ -1,0 +1,50 @@
+"""``manage.py kafka_check``: test the installation's Kafka connection, as a pipeline's driver will use it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from pipelines.connections import default_kafka
+from pipelines.models import Pipeline
+from pipelines.spec import parse_spec
+from streamforge_core.kafka_probe import probe
+
+
+class Command(BaseCommand):
+    help = (
+        "Connect to the Kafka cluster (KAFKA_* settings), authenticate, and check the principal may read and "
+        "write the topics given or those a pipeline names. Exits non-zero naming each problem."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--pipeline", help="check the topics of this pipeline's current revision")
+        parser.add_argument("--read", nargs="*", default=[], help="topics the principal must read")
+        parser.add_argument("--write", nargs="*", default=[], help="topics the principal must write")
+        parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the cluster")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            conn = default_kafka()
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        read, write = list(options["read"]), list(options["write"])
+        if options["pipeline"]:
+            pipeline = (
+                Pipeline.objects.filter(name=options["pipeline"]).select_related("current_revision").first()
+            )
+            if pipeline is None or pipeline.current_revision is None:
+                raise CommandError(f"no pipeline {options['pipeline']!r} with a revision")
+            spec = parse_spec(pipeline.current_revision.spec, pipeline_name=pipeline.name)
+            read += spec.source.topics
+            write += spec.output_topics()
+        report = probe(conn, read=read, write=write, timeout=options["timeout"])
+        self.stdout.write(f"connection: {report.connection}")
+        if report.cluster_id:
+            self.stdout.write(f"cluster {report.cluster_id}: {report.brokers} broker(s)")
+        for topic, operations in sorted(report.operations.items()):
+            self.stdout.write(f"  {topic}: {', '.join(operations) or 'no operations reported'}")
+        if report.problems:
+            raise CommandError("\n".join(f"{p.kind}: {p.message}" for p in report.problems))
+        self.stdout.write("ok")
