@@ -24,6 +24,15 @@ DEFAULT_CONF: Mapping[str, str] = {
     # columns (the headers) that walks the whole batch each time: ~15% of the JVM's time in the pipeline
     # (bench/FINDINGS.md). Int.MaxValue is the value that turns the check off.
     "spark.sql.execution.arrow.maxBytesPerBatch": "2147483647",
+    # Kafka credentials travel as source/sink options (kafka.sasl.jaas.config, kafka.ssl.keystore.key): Spark
+    # masks options whose key or value matches this pattern wherever it shows a plan (UI, event log, explain).
+    # Its default ("(?i)url") would leave a client certificate's private key in clear.
+    "spark.sql.redaction.options.regex": "(?i)url|password|secret|token|jaas|sasl|keystore|truststore",
+    # ... and masks these parts of the plan text it prints (explain, the SQL tab, the event log's plan
+    # description), where a streaming source's options appear in full.
+    "spark.sql.redaction.string.regex": (
+        r'(?i)password="(?:[^"\\]|\\.)*"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----'
+    ),
     # What the DSL compilation relies on (duplicate JSON keys: the last wins, as in the Python evaluator).
     **REQUIRED_SPARK_CONF,
 }

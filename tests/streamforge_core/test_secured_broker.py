@@ -176,3 +176,22 @@ def test_spark_reads_a_secured_topic_with_the_boundarys_java_options(secure_topi
         .load()
     )
     assert sorted(bytes(row.value) for row in frame.select("value").collect()) == [b"a", b"b", b"c"]
+    # Where Spark shows a streaming plan (explain, its UI, the event log: the driver's source is a stream),
+    # the source's options are listed, and the credentials among them are masked.
+    stream = (
+        spark_session.readStream.format("kafka")
+        .options(**spark_kafka_options(conn))
+        .option("subscribe", secure_topic)
+        .load()
+    )
+    jvm = spark_session.sparkContext._jvm
+    assert jvm is not None
+    plan = jvm.PythonSQLUtils.explainString(stream._jdf.queryExecution(), "extended")
+    shown = (
+        [conn.sasl_password.reveal()]
+        if conn.sasl_password
+        else [Path(conn.ssl_key_location).read_text()[40:80]]
+    )
+    assert "kafka.bootstrap.servers" in plan or secure_topic in plan
+    for secret in shown:
+        assert secret not in plan
