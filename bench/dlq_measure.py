@@ -37,9 +37,21 @@ _FAILURES = [
 ]
 
 
-def setup_django(db_dir: Path) -> None:
-    """Point Django at a fresh SQLite file in ``db_dir`` and migrate it."""
-    os.environ["DATABASE_URL"] = f"sqlite:///{db_dir / 'bench.sqlite3'}"
+def setup_django(db_dir: Path, *, postgres_url: str = "") -> str:
+    """Point Django at a fresh database and migrate it: a SQLite file in ``db_dir``, or, with
+    ``postgres_url`` (a server the URL's user may create databases on), a new database there. Returns the
+    name of a PostgreSQL database to drop afterwards ("" for SQLite)."""
+    created = ""
+    if postgres_url:
+        import psycopg
+
+        created = f"streamforge_bench_{os.getpid()}"
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{created}"')
+        base, _, _name = postgres_url.rpartition("/")
+        os.environ["DATABASE_URL"] = f"{base}/{created}"
+    else:
+        os.environ["DATABASE_URL"] = f"sqlite:///{db_dir / 'bench.sqlite3'}"
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "streamforge_web.settings")
     os.environ.setdefault("DJANGO_DEBUG", "true")
     os.environ["STREAMFORGE_STATE_DIR"] = str(db_dir)
@@ -48,6 +60,17 @@ def setup_django(db_dir: Path) -> None:
 
     django.setup()
     call_command("migrate", verbosity=0)
+    return created
+
+
+def drop_database(postgres_url: str, name: str) -> None:
+    """Drop the bench's own PostgreSQL database (after Django's connections are closed)."""
+    import psycopg
+    from django.db import connections
+
+    connections.close_all()
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -118,6 +141,8 @@ def fill(rows: int, *, world: dict[str, Any]) -> float:
                 },
             )  # fmt: skip
             groups.append((pipeline, error_type, message, group))
+    if connection.vendor == "postgresql":
+        return _fill_postgres(rows, team=team, groups=groups, now=now)
     database = connection.settings_dict["NAME"]
     connection.close()
     started = time.perf_counter()
@@ -156,10 +181,64 @@ def fill(rows: int, *, world: dict[str, Any]) -> float:
     return time.perf_counter() - started
 
 
+_COPY_COLUMNS = (
+    "team_id", "pipeline_id", "pipeline_name", "group_id", "dlq_topic", "dlq_topic_id", "dlq_partition",
+    "dlq_offset", "source_topic", "source_partition", "source_offset", "key", "value", "headers", "value_size",
+    "key_text", "convention", "error_type", "error_message", "destination", "attempts", "first_failed_at",
+    "last_failed_at", "status", "ingested_at", "claimed_pipeline", "ownership_warning",
+)  # fmt: skip
+
+
+def _fill_postgres(rows: int, *, team: Any, groups: list[Any], now: Any) -> float:
+    """``fill`` on PostgreSQL: one COPY of every row (failure times spread over 30 days, one in twenty already
+    replayed or skipped), then the group counts and ANALYZE. Returns seconds taken."""
+    from datetime import timedelta
+
+    from django.db import connection
+
+    value = json.dumps({"type": "PushEvent", "pad": "x" * 180}).encode()
+    headers = json.dumps([["x-streamforge-error-type", "SnNvblBhdGhOb3RGb3VuZA=="]])
+    statuses = ["parked"] * 18 + ["replayed", "skipped"]
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        raw = cursor.cursor  # psycopg's own cursor: COPY
+        columns = ", ".join(_COPY_COLUMNS)
+        with raw.copy(f"COPY dlq_deadletter ({columns}) FROM STDIN") as copy:  # constants
+            for i in range(rows):
+                pipeline, error_type, message, group = groups[(i * 7919) % len(groups)]
+                key = f"key-{i:08d}"
+                failed = now - timedelta(seconds=(rows - i) * 2_592_000 / rows)  # oldest first, 30 days back
+                copy.write_row((
+                    team.pk, pipeline.pk, pipeline.name, group.pk, f"{pipeline.name}.src.dlq", "", i % 3, i,
+                    f"{pipeline.name}.src", i % 3, i, key.encode(), value, headers, len(value), key,
+                    "streamforge", error_type, message, "out", 1, failed, failed, statuses[i % 20], failed,
+                    "", "",
+                ))  # fmt: skip
+        cursor.execute(
+            "UPDATE dlq_failuregroup g SET count = c.n FROM (SELECT group_id, COUNT(*) n FROM dlq_deadletter"
+            " GROUP BY group_id) c WHERE c.group_id = g.id"
+        )
+        cursor.execute("ANALYZE")
+    return time.perf_counter() - started
+
+
+def explain(sql: str, params: Any) -> tuple[str, bool]:
+    """PostgreSQL's EXPLAIN (ANALYZE, BUFFERS) of one captured query, and whether it reads the whole
+    dead-letter table (a Seq Scan on dlq_deadletter: the query has no index to use)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    return plan, "Seq Scan on dlq_deadletter" in plan
+
+
 def list_latency(*, world: dict[str, Any], requests: int = 100) -> dict[str, Any]:
     """p50/p95 (ms) of ``GET /api/dlq/messages/`` for the filters an operator uses, through Django's full
     request path (middleware, auth, serializer), first page and deep pages via the cursor."""
+    from django.db import connection
     from django.test import Client
+    from django.test.utils import CaptureQueriesContext
 
     from dlq.models import FailureGroup
 
@@ -178,23 +257,38 @@ def list_latency(*, world: dict[str, Any], requests: int = 100) -> dict[str, Any
         ),
         "search key prefix": ("operator", {"q": "key-0004"}),
         "search error text": ("operator", {"q": "Message timed out"}),
+        # Pages and counts beside the list: the failure groups (counts per group) and the overview, whose
+        # DLQ backlog per pipeline counts parked messages.
+        "groups (API)": ("operator", {"_url": "/api/dlq/groups/"}),
+        "groups page": ("operator", {"_url": "/dlq/groups/"}),
+        "DLQ console page": ("operator", {"_url": "/dlq/"}),
+        "overview page (backlog)": ("operator", {"_url": "/"}),
     }
     results: dict[str, Any] = {}
     for label, (who, params) in cases.items():
         client = Client(HTTP_HOST="127.0.0.1")
         client.force_login(world[who])
         timings = []
+        url = params.pop("_url", "/api/dlq/messages/")
         for _ in range(requests):
             started = time.perf_counter()
-            response = client.get("/api/dlq/messages/", params)
+            response = client.get(url, params)
             timings.append((time.perf_counter() - started) * 1000)
             assert response.status_code == 200, response.content[:300]
-        body = response.json()
+        is_json = response["Content-Type"].startswith("application/json")
         results[label] = {
             "p50_ms": round(statistics.median(timings), 1),
             "p95_ms": round(_percentile(timings, 95), 1),
-            "rows": len(body["results"]),
+            "rows": len(response.json()["results"]) if is_json else None,
         }
+        if connection.vendor == "postgresql":
+            with CaptureQueriesContext(connection) as captured:
+                client.get(url, params)
+            # The request's queries on the dead-letter table, the slowest first, explained as they ran.
+            ours = [q for q in captured.captured_queries if "dlq_deadletter" in q["sql"]]
+            slowest = max(ours, key=lambda q: float(q["time"]))
+            plan, seq_scan = explain(slowest["sql"], None)
+            results[label].update(plan=plan, seq_scan=seq_scan)
     client = Client(HTTP_HOST="127.0.0.1")
     client.force_login(world["operator"])
     deep, url = [], "/api/dlq/messages/"
@@ -335,31 +429,50 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bulk-records", type=int, default=10_000)
     parser.add_argument("--requests", type=int, default=100, help="requests per list case")
     parser.add_argument("--db-dir", type=Path, default=None)
+    parser.add_argument(
+        "--postgres",
+        default="",
+        help="a PostgreSQL URL whose user may create databases: measure there, in a database of its own",
+    )
+    parser.add_argument("--skip-kafka", action="store_true", help="only the fill and the list/search timings")
     parser.add_argument("--out", type=Path, default=Path("artifacts/bench/dlq.json"))
     args = parser.parse_args(argv)
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092")
     with tempfile.TemporaryDirectory(prefix="dlq-bench-", dir=args.db_dir) as tmp:
-        setup_django(Path(tmp))
-        world = _world()
-        figures: dict[str, Any] = {"load_before": os.getloadavg()}
-        figures["ingest"] = ingest_rate(bootstrap, records=args.ingest_records, world=world)
-        print(f"ingest: {figures['ingest']}", flush=True)
-        figures["bulk_replay"] = bulk_replay_rate(bootstrap, records=args.bulk_records, world=world)
-        print(f"bulk replay: {figures['bulk_replay']}", flush=True)
-        fill_s = fill(args.rows, world=world)
-        figures["fill"] = {"rows": args.rows, "seconds": round(fill_s, 1)}
-        print(f"filled {args.rows:,} parked messages in {fill_s:.0f}s", flush=True)
-        figures["list"] = list_latency(world=world, requests=args.requests)
-        for label, timing in figures["list"].items():
-            print(
-                f"  list {label:32} p50 {timing['p50_ms']:7.1f} ms   p95 {timing['p95_ms']:7.1f} ms",
-                flush=True,
-            )
-        figures["load_after"] = os.getloadavg()
+        created = setup_django(Path(tmp), postgres_url=args.postgres)
+        try:
+            figures = _measure(args, bootstrap)
+        finally:
+            if created:
+                drop_database(args.postgres, created)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(figures, indent=2))
     print(f"wrote {args.out}")
     return 0
+
+
+def _measure(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
+    from django.db import connection
+
+    world = _world()
+    figures: dict[str, Any] = {"database": connection.vendor, "load_before": os.getloadavg()}
+    if not args.skip_kafka:
+        figures["ingest"] = ingest_rate(bootstrap, records=args.ingest_records, world=world)
+        print(f"ingest: {figures['ingest']}", flush=True)
+        figures["bulk_replay"] = bulk_replay_rate(bootstrap, records=args.bulk_records, world=world)
+        print(f"bulk replay: {figures['bulk_replay']}", flush=True)
+    fill_s = fill(args.rows, world=world)
+    figures["fill"] = {"rows": args.rows, "seconds": round(fill_s, 1)}
+    print(f"filled {args.rows:,} parked messages in {fill_s:.0f}s", flush=True)
+    figures["list"] = list_latency(world=world, requests=args.requests)
+    for label, timing in figures["list"].items():
+        flag = "  SEQ SCAN on dlq_deadletter" if timing.get("seq_scan") else ""
+        print(
+            f"  list {label:32} p50 {timing['p50_ms']:7.1f} ms   p95 {timing['p95_ms']:7.1f} ms{flag}",
+            flush=True,
+        )
+    figures["load_after"] = os.getloadavg()
+    return figures
 
 
 if __name__ == "__main__":
