@@ -372,8 +372,11 @@ def bulk_replay_rate(bootstrap: str, *, records: int, world: dict[str, Any]) -> 
     from streamforge_core.kafka import Record
 
     pipeline = world["pipelines"][1]
-    source = f"bench-replay-{uuid.uuid4().hex[:8]}"
+    # The owning pipeline's own source topic: an operator's bulk replay may go nowhere else (#14).
+    source = pipeline.current_revision.spec["source"]["topics"][0]
     admin = AdminClient(admin_config(KafkaConnection(bootstrap)))
+    admin.delete_topics([source])  # a previous run's, if any
+    time.sleep(1)
     admin.create_topics([NewTopic(source, 3, 1)])[source].result(timeout=30)
     Membership.objects.update_or_create(
         user=world["operator"], team=world["team"], defaults={"role": Role.APPROVER}
@@ -412,6 +415,7 @@ def bulk_replay_rate(bootstrap: str, *, records: int, world: dict[str, Any]) -> 
         done = services.run_bulk(bulk_id=bulk.pk)
         elapsed = time.perf_counter() - started
         assert done.state == BulkState.COMPLETED, done.state
+        assert done.succeeded == records, f"{done.failed} of {records} failed: {done.last_error}"
         return {
             "records": done.succeeded,
             "seconds": round(elapsed, 2),
