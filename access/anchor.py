@@ -59,7 +59,7 @@ class _KafkaState:
     retry_at: float = 0.0
 
 
-_kafka: dict[tuple[int, str, str], _KafkaState] = {}
+_kafka: dict[tuple[int, KafkaConnection, str], _KafkaState] = {}
 _lock = threading.Lock()
 
 
@@ -68,7 +68,8 @@ def _connection() -> KafkaConnection:
 
 
 def _state() -> _KafkaState:
-    key = (os.getpid(), str(settings.KAFKA_BOOTSTRAP_SERVERS), str(settings.AUDIT_ANCHOR_TOPIC))
+    # Per process, connection (another cluster, or a rotated password) and topic.
+    key = (os.getpid(), _connection(), str(settings.AUDIT_ANCHOR_TOPIC))
     with _lock:
         return _kafka.setdefault(key, _KafkaState())
 

@@ -41,14 +41,18 @@ _producer_state: dict[str, Any] = {}
 
 
 def producer() -> Producer:
-    """One idempotent producer per process (re-created after a fork). acks=all and idempotence make the
+    """One idempotent producer per process and connection (re-created after a fork, and when the connection
+    changes: another cluster, or a rotated password read from its file). acks=all and idempotence make the
     broker drop the duplicates its own retries would create; ``delivery.timeout.ms`` bounds how long a
-    record may still land after ``produce``, which is what lets ``resolve_in_doubt`` decide."""
+    record may still land after ``produce``, which is what lets ``resolve_in_doubt`` decide. A replaced
+    producer stays alive while a caller still holds it, so its records are still answered."""
+    conn = default_kafka()
     with _producer_lock:
-        if _producer_state.get("pid") != os.getpid():
+        if _producer_state.get("pid") != os.getpid() or _producer_state.get("connection") != conn:
+            _producer_state["connection"] = conn
             _producer_state["producer"] = Producer(
                 producer_config(
-                    default_kafka(),
+                    conn,
                     client_id=f"streamforge-replay-{socket.gethostname()}-{os.getpid()}",
                     extra={
                         "linger.ms": 5,
