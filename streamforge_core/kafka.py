@@ -15,6 +15,7 @@ Plain Python on confluent-kafka: no Django, no pyspark.
 
 from __future__ import annotations
 
+import hmac
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -78,17 +79,10 @@ class Secret:
     __str__ = __repr__
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and _same_text(self._value, other._value)
+        return isinstance(other, Secret) and hmac.compare_digest(self._value.encode(), other._value.encode())
 
     def __hash__(self) -> int:
         return hash(Secret)
-
-
-def _same_text(a: str, b: str) -> bool:
-    """Constant-time equality of two strings (``hmac.compare_digest``)."""
-    import hmac
-
-    return hmac.compare_digest(a.encode(), b.encode())
 
 
 @dataclass(frozen=True)

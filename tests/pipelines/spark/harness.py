@@ -28,7 +28,7 @@ from chaos.accounting import consume_all
 from streamforge_core import contract as c
 from streamforge_core.kafka import KafkaConnection, Record, producer_config
 
-__all__ = ["REPO", "DriverProcess", "Record", "consume_all", "produce"]
+__all__ = ["REPO", "DriverProcess", "Record", "consume_all", "produce", "written_fates"]
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -179,3 +179,40 @@ class DriverProcess:
     def ensure_stopped(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.kill()
+
+
+def written_fates(
+    bootstrap: str | KafkaConnection,
+    spec: dict[str, Any],
+    *,
+    read_committed: bool = False,
+    group_prefix: str = "reader-",
+) -> dict[tuple[str, int, int], list[tuple[str, Record]]]:
+    """What the driver wrote, per source record and destination:
+    {(dest, source partition, source offset): [("produced", record) | ("dlq", record), ...]}, read from the
+    destination topics (by the lineage header) and the DLQ (by the source headers; a record for every
+    destination counts for each)."""
+    fates: dict[tuple[str, int, int], list[tuple[str, Record]]] = {}
+    for dest in spec["destinations"]:
+        for record in consume_all(
+            bootstrap, dest["topic"], read_committed=read_committed, group_prefix=group_prefix
+        ):
+            _topic, part_text, offset_text = str(record.header(c.H_LINEAGE)).rsplit("/", 2)
+            fates.setdefault((dest["name"], int(part_text), int(offset_text)), []).append(
+                ("produced", record)
+            )
+    for record in consume_all(
+        bootstrap, spec["dlq"]["topic"], read_committed=read_committed, group_prefix=group_prefix
+    ):
+        partition, offset = (
+            int(str(record.header(c.H_SOURCE_PARTITION))),
+            int(str(record.header(c.H_SOURCE_OFFSET))),
+        )
+        names = (
+            [d["name"] for d in spec["destinations"]]
+            if record.header(c.H_DESTINATION) == c.ALL_DESTINATIONS
+            else [str(record.header(c.H_DESTINATION))]
+        )
+        for name in names:
+            fates.setdefault((name, partition, offset), []).append(("dlq", record))
+    return fates

@@ -26,7 +26,7 @@ from pipelines.spec import parse_spec
 from pipelines.topics import ensure_topics
 from streamforge_core import contract as c
 from streamforge_core.kafka import KafkaConnection, consumer_config
-from tests.pipelines.spark.harness import DriverProcess, Record, consume_all, produce
+from tests.pipelines.spark.harness import DriverProcess, consume_all, produce, written_fates
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.spark]
 
@@ -96,30 +96,6 @@ def _corpus() -> tuple[list[tuple[bytes | None, bytes | None]], dict[int, str]]:
     return records, notes
 
 
-def _fates(bootstrap: str, spec: dict, *, read_committed: bool = False):
-    """{(dest, source partition, source offset): [("produced", record) | ("dlq", record), ...]}"""
-    fates: dict[tuple[str, int, int], list[tuple[str, Record]]] = {}
-    for dest in spec["destinations"]:
-        for record in consume_all(bootstrap, dest["topic"], read_committed=read_committed):
-            _topic, part_text, offset_text = str(record.header(c.H_LINEAGE)).rsplit("/", 2)
-            fates.setdefault((dest["name"], int(part_text), int(offset_text)), []).append(
-                ("produced", record)
-            )
-    for record in consume_all(bootstrap, spec["dlq"]["topic"], read_committed=read_committed):
-        partition, offset = (
-            int(str(record.header(c.H_SOURCE_PARTITION))),
-            int(str(record.header(c.H_SOURCE_OFFSET))),
-        )
-        names = (
-            [d["name"] for d in spec["destinations"]]
-            if record.header(c.H_DESTINATION) == c.ALL_DESTINATIONS
-            else [str(record.header(c.H_DESTINATION))]
-        )
-        for name in names:
-            fates.setdefault((name, partition, offset), []).append(("dlq", record))
-    return fates
-
-
 def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
     consumer = Consumer(consumer_config(KafkaConnection(bootstrap), group_id=group))
     try:
@@ -179,7 +155,7 @@ def test_every_source_record_is_produced_filtered_or_dead_lettered_as_the_evalua
 
     parsed = parse_spec(spec, pipeline_name=driver.pipeline)
     expected = dry_run(spec=parsed, messages=[Message(value=v, key=k) for k, v in records], now_ms=0)
-    fates = _fates(kafka_bootstrap, spec)
+    fates = written_fates(kafka_bootstrap, spec)
     by_type: Counter[str] = Counter()
     for index, ((key, value), (partition, offset)) in enumerate(zip(records, coordinates, strict=True)):
         for dest_result in expected[index]:

@@ -30,7 +30,7 @@ from pipelines.spec import parse_spec
 from pipelines.topics import ensure_topics
 from streamforge_core import contract as c
 from streamforge_core.kafka import KafkaConnection, Secret, admin_config, connection_environment
-from tests.pipelines.spark.harness import DriverProcess, consume_all, produce
+from tests.pipelines.spark.harness import DriverProcess, produce, written_fates
 from tests.streamforge_core.test_secured_broker import _env, mtls, sasl
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.spark]
@@ -117,23 +117,11 @@ def test_every_source_offset_is_accounted_for_over_a_secured_listener(secured, l
 
     parsed = parse_spec(spec, pipeline_name=driver.pipeline)
     expected = dry_run(spec=parsed, messages=[Message(value=v, key=k) for k, v in records], now_ms=0)
+    written = written_fates(conn, spec, group_prefix="secure.reader-")
     found: Counter[tuple[str, int, int, str]] = Counter()
-    for dest in spec["destinations"]:
-        for record in consume_all(conn, dest["topic"], group_prefix="secure.reader-"):
-            _topic, partition, offset = str(record.header(c.H_LINEAGE)).rsplit("/", 2)
-            found[(dest["name"], int(partition), int(offset), "produced")] += 1
-    for record in consume_all(conn, spec["dlq"]["topic"], group_prefix="secure.reader-"):
-        partition, offset = (
-            int(str(record.header(c.H_SOURCE_PARTITION))),
-            int(str(record.header(c.H_SOURCE_OFFSET))),
-        )
-        names = (
-            [d["name"] for d in spec["destinations"]]
-            if record.header(c.H_DESTINATION) == c.ALL_DESTINATIONS
-            else [str(record.header(c.H_DESTINATION))]
-        )
-        for name in names:
-            found[(name, partition, offset, "dead_lettered")] += 1
+    for (name, partition, offset), fates in written.items():
+        for kind, _record in fates:
+            found[(name, partition, offset, "produced" if kind == "produced" else "dead_lettered")] += 1
     wanted: Counter[tuple[str, int, int, str]] = Counter()
     for results, (partition, offset) in zip(expected, coordinates, strict=True):
         for result in results:
