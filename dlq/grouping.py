@@ -36,10 +36,20 @@ def normalize_message(message: str) -> str:
     return text[:_MAX_SIGNATURE]
 
 
-def group_key(*, team_id: int, pipeline: str, dlq_topic: str, error_type: str, signature: str) -> str:
+def group_key(
+    *,
+    team_id: int,
+    pipeline: str,
+    dlq_topic: str,
+    error_type: str,
+    signature: str,
+    cluster_id: int | None = None,
+) -> str:
     """SHA-256 hex identifying a group: the owning team and pipeline (or, for foreign DLQs, the DLQ
-    topic), the error type and the signature. The owner is the DLQ topic's registered owner, never what a
+    topic and, off the default cluster, its cluster id: topic names are a cluster's own), the error type
+    and the signature. The owner is the DLQ topic's registered owner, never what a
     record's headers claim, so a forged header cannot put one team's records into another team's group.
     Stable across processes, so concurrent ingesters agree on the group."""
-    owner = f"pipeline:{pipeline}" if pipeline else f"topic:{dlq_topic}"
+    where = dlq_topic if cluster_id is None else f"{cluster_id}/{dlq_topic}"
+    owner = f"pipeline:{pipeline}" if pipeline else f"topic:{where}"
     return hashlib.sha256(f"team:{team_id}\x00{owner}\x00{error_type}\x00{signature}".encode()).hexdigest()

@@ -23,18 +23,20 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 from django.db import IntegrityError, models, transaction
+from django.db import connection as db_connection
 from django.db.models import F, Q
 from django.utils import timezone
 
 from dlq import broadcast, headers
 from dlq.grouping import group_key, normalize_message
 from dlq.models import DeadLetter, DlqTopic, FailureGroup, GroupHourlyCount, Replay, ReplayState
-from pipelines.connections import default_kafka
-from pipelines.models import Pipeline
+from pipelines.clusters import cluster_name, connection_for
+from pipelines.models import KafkaCluster, Pipeline
 from pipelines.spec import SpecError
 from streamforge_core import contract as c
 from streamforge_core.kafka import KafkaConnection, Record, admin_config, consumer_config
@@ -101,13 +103,15 @@ class TopicOwner:
         return dataclasses.replace(own, warning=warning)
 
 
-def dlq_topics() -> dict[str, TopicOwner]:
-    """Every DLQ topic to read and its owner: each pipeline's current ``dlq.topic`` (named by several
-    pipelines: the oldest owns records whose header names none of them), plus the registered DlqTopic rows
-    (which win where both name a topic, as an admin registered them deliberately)."""
+def dlq_topics(cluster_id: int | None = None) -> dict[str, TopicOwner]:
+    """Every DLQ topic to read on the cluster ``cluster_id`` (None: the default) and its owner: each of its
+    pipelines' current ``dlq.topic`` (named by several pipelines: the oldest owns records whose header names
+    none of them), plus the DlqTopic rows registered there (which win where both name a topic, as an admin
+    registered them deliberately)."""
     writers: dict[str, list[Writer]] = defaultdict(list)
     pipelines = (
         Pipeline.objects.select_related("current_revision__pipeline")
+        .filter(cluster_id=cluster_id)
         .exclude(current_revision=None)
         .order_by("pk")
     )
@@ -137,7 +141,7 @@ def dlq_topics() -> dict[str, TopicOwner]:
                 ", ".join(w.name for w in named_by),
                 first.name,
             )
-    for extra in DlqTopic.objects.select_related("pipeline"):
+    for extra in DlqTopic.objects.filter(cluster_id=cluster_id).select_related("pipeline"):
         owners[extra.topic] = TopicOwner(
             extra.team_id, extra.pipeline_id, extra.pipeline.name if extra.pipeline else ""
         )
@@ -187,8 +191,11 @@ def _timestamp(record: Record) -> datetime | None:
 _STORE_ATTEMPTS = 3
 
 
-def store_batch(messages: Sequence[Record], owners: dict[str, TopicOwner]) -> BatchResult:
-    """Store one polled batch of DLQ records in one transaction (see the module docstring).
+def store_batch(
+    messages: Sequence[Record], owners: dict[str, TopicOwner], cluster_id: int | None = None
+) -> BatchResult:
+    """Store one polled batch of DLQ records, read from the cluster ``cluster_id`` (None: the default), in
+    one transaction (see the module docstring).
 
     Two ingesters can hold the same records for a moment (a consumer-group rebalance hands a partition to a
     new member while the old one is still storing its last batch). The unique constraints (one row per DLQ
@@ -203,7 +210,7 @@ def store_batch(messages: Sequence[Record], owners: dict[str, TopicOwner]) -> Ba
     """
     for attempt in range(1, _STORE_ATTEMPTS + 1):
         try:
-            return _store_batch_once(messages, owners)
+            return _store_batch_once(messages, owners, cluster_id)
         except IntegrityError:
             if attempt == _STORE_ATTEMPTS:
                 raise
@@ -213,7 +220,9 @@ def store_batch(messages: Sequence[Record], owners: dict[str, TopicOwner]) -> Ba
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _store_batch_once(messages: Sequence[Record], owners: dict[str, TopicOwner]) -> BatchResult:
+def _store_batch_once(
+    messages: Sequence[Record], owners: dict[str, TopicOwner], cluster_id: int | None
+) -> BatchResult:
     result = BatchResult()
     now = timezone.now()
     with transaction.atomic():
@@ -244,6 +253,7 @@ def _store_batch_once(messages: Sequence[Record], owners: dict[str, TopicOwner])
                 team_id=team_id,
                 pipeline=pipeline_name,
                 dlq_topic=topic,
+                cluster_id=cluster_id,
                 error_type=failure.error_type,
                 signature=signature,
             )
@@ -264,6 +274,7 @@ def _store_batch_once(messages: Sequence[Record], owners: dict[str, TopicOwner])
                 pipeline_name=_fit("pipeline_name", pipeline_name),
                 claimed_pipeline=_fit("claimed_pipeline", attributed.claimed_pipeline),
                 ownership_warning=attributed.warning,
+                cluster_id=cluster_id,
                 dlq_topic=topic,
                 dlq_topic_id=message.topic_id,
                 dlq_partition=partition,
@@ -404,7 +415,9 @@ def _arrival_summary(rows: Iterable[DeadLetter]) -> list[broadcast.Arrival]:
 
 
 class Ingester:
-    """The long-running loop: subscribe to the DLQ topics, poll batches, ``store_batch``, commit offsets.
+    """The long-running loop for one cluster (``cluster``; None: the installation's default): subscribe to its
+    DLQ topics, poll batches, ``store_batch``, commit offsets. ``bootstrap_servers`` overrides the cluster
+    with a plaintext one (tests, benchmarks).
 
     ``batch_size`` records per poll (at most), ``poll_timeout`` seconds per poll, the topic list refreshed
     every ``refresh_seconds``. ``stop`` (a threading.Event) ends the loop after the current batch.
@@ -414,6 +427,7 @@ class Ingester:
     def __init__(
         self,
         *,
+        cluster: KafkaCluster | None = None,
         bootstrap_servers: str | None = None,
         group_id: str = DEFAULT_GROUP_ID,
         instance_id: str | None = None,
@@ -421,15 +435,18 @@ class Ingester:
         poll_timeout: float = 1.0,
         refresh_seconds: float = 10.0,
         on_batch: Callable[[BatchResult], None] | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
-        self.kafka = KafkaConnection(bootstrap_servers) if bootstrap_servers else default_kafka()
+        self.cluster_id = cluster.pk if cluster is not None else None
+        self.cluster_name = cluster_name(cluster)
+        self.kafka = KafkaConnection(bootstrap_servers) if bootstrap_servers else connection_for(cluster)
         self.group_id = group_id
         self.instance_id = instance_id if instance_id is not None else f"dlq-ingest-{socket.gethostname()}"
         self.batch_size = batch_size
         self.poll_timeout = poll_timeout
         self.refresh_seconds = refresh_seconds
         self.on_batch = on_batch
-        self.stop = threading.Event()
+        self.stop = stop or threading.Event()
         self.totals: Counter[str] = Counter()
         self._consumer: Consumer | None = None
         self._owners: dict[str, TopicOwner] = {}
@@ -446,7 +463,7 @@ class Ingester:
                 group_id=self.group_id,
                 read_committed=True,
                 offset_reset="earliest",
-                client_id=f"dlq-ingest-{os.getpid()}",
+                client_id=f"dlq-ingest-{self.cluster_name}-{os.getpid()}",
                 extra={
                     # Static membership: an ingester restarted after a crash gets its partitions back at
                     # once instead of waiting for the dead member's session to time out and a rebalance.
@@ -457,7 +474,7 @@ class Ingester:
         )
 
     def _refresh(self, consumer: Consumer) -> None:
-        self._owners = dlq_topics()
+        self._owners = dlq_topics(self.cluster_id)
         existing = set(consumer.list_topics(timeout=10).topics)
         wanted = {t for t in self._owners if t in existing}
         if wanted != self._subscribed:
@@ -465,7 +482,12 @@ class Ingester:
                 consumer.subscribe(sorted(wanted))
             else:
                 consumer.unsubscribe()
-            log.info("dlq-ingest reads %d topic(s): %s", len(wanted), ", ".join(sorted(wanted)) or "none")
+            log.info(
+                "dlq-ingest reads %d topic(s) of cluster %s: %s",
+                len(wanted),
+                self.cluster_name,
+                ", ".join(sorted(wanted)) or "none",
+            )
             self._subscribed = wanted
         self._topic_ids = self._describe(sorted(wanted))
         self._next_refresh = time.monotonic() + self.refresh_seconds
@@ -524,7 +546,7 @@ class Ingester:
         if not records:
             return BatchResult()
         records = self._recheck_topic_ids(records)
-        result = store_batch(records, self._owners)
+        result = store_batch(records, self._owners, self.cluster_id)
         consumer.commit(offsets=_next_offsets(records), asynchronous=False)
         self.totals["inserted"] += result.inserted
         self.totals["already_stored"] += result.already_stored
@@ -548,6 +570,83 @@ class Ingester:
 
     def install_signal_handlers(self) -> None:
         """SIGTERM and SIGINT finish the current batch, then stop."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.stop.set())
+
+
+class ClusterIngesters:
+    """One ``Ingester`` per Kafka cluster, each in a thread of its own: what ``manage.py dlq_ingest`` runs.
+
+    The cluster list is read again every ``refresh_seconds``: a cluster added is read from then on, one
+    deleted stops being read. One cluster failing (unreachable, a password that cannot be read) is logged
+    and retried every ``retry_seconds`` without holding up the others. ``options`` are passed to each
+    ``Ingester``; ``stop`` ends them all after their current batch.
+    """
+
+    def __init__(self, *, refresh_seconds: float = 10.0, retry_seconds: float = 5.0, **options: Any) -> None:
+        self.refresh_seconds = refresh_seconds
+        self.retry_seconds = retry_seconds
+        self.options = options
+        self.stop = threading.Event()
+        self.ingesters: dict[int | None, Ingester] = {}
+        self._threads: dict[int | None, tuple[threading.Thread, threading.Event]] = {}
+
+    def _serve(self, cluster: KafkaCluster | None, done: threading.Event) -> None:
+        name = cluster_name(cluster)
+        try:
+            while not done.is_set():
+                try:
+                    ingester = Ingester(
+                        cluster=cluster, stop=done, refresh_seconds=self.refresh_seconds, **self.options
+                    )
+                    self.ingesters[cluster.pk if cluster else None] = ingester
+                    ingester.run()
+                except Exception:
+                    log.exception(
+                        "dlq-ingest of cluster %s failed; retrying in %.0f s", name, self.retry_seconds
+                    )
+                    done.wait(self.retry_seconds)
+        finally:
+            db_connection.close()  # this thread's own database connection
+
+    def refresh(self) -> None:
+        """Start an ingester for each cluster without one; stop those of clusters that are gone."""
+        wanted: dict[int | None, KafkaCluster | None] = {None: None}
+        wanted.update({c.pk: c for c in KafkaCluster.objects.all()})
+        for key in set(self._threads) - set(wanted):
+            thread, done = self._threads.pop(key)
+            done.set()
+            self.ingesters.pop(key, None)
+        for key, cluster in wanted.items():
+            if key not in self._threads:
+                done = threading.Event()
+                thread = threading.Thread(
+                    target=self._serve, args=(cluster, done), name=f"dlq-ingest-{cluster_name(cluster)}"
+                )
+                self._threads[key] = (thread, done)
+                thread.start()
+
+    def assigned(self) -> bool:
+        """Whether any cluster's consumer owns partitions."""
+        return any(ingester.assigned() for ingester in list(self.ingesters.values()))
+
+    def totals(self) -> Counter[str]:
+        """The sum of every ingester's totals (inserted, already stored)."""
+        total: Counter[str] = Counter()
+        for ingester in list(self.ingesters.values()):
+            total.update(ingester.totals)
+        return total
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop every ingester and wait up to ``timeout`` seconds for each to close its consumer."""
+        self.stop.set()
+        for _thread, done in self._threads.values():
+            done.set()
+        for thread, _done in self._threads.values():
+            thread.join(timeout)
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT stop the ingesters after their current batch."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stop.set())
 

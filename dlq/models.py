@@ -14,17 +14,21 @@ from django.conf import settings
 from django.db import models
 
 from access.models import Team
-from pipelines.models import Pipeline
+from pipelines.models import KafkaCluster, Pipeline
 
 
 class DlqTopic(models.Model):
     """An extra DLQ topic for the ingester to read, e.g. one written by Kafka Connect or Spring Kafka.
 
     Pipelines' own DLQ topics are read without registration; this row gives a foreign topic an owning team
-    (for permissions) and optionally the pipeline whose source its records belong to.
+    (for permissions) and optionally the pipeline whose source its records belong to. A topic name is unique
+    per ``cluster`` (None: the installation's default cluster); with a pipeline, it is the pipeline's cluster.
     """
 
-    topic = models.CharField(max_length=249, unique=True)
+    topic = models.CharField(max_length=249)
+    cluster = models.ForeignKey(
+        KafkaCluster, on_delete=models.PROTECT, null=True, blank=True, related_name="dlq_topics"
+    )
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="dlq_topics")
     pipeline = models.ForeignKey(Pipeline, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     description = models.TextField(blank=True)
@@ -33,6 +37,14 @@ class DlqTopic(models.Model):
 
     class Meta:
         ordering = ["topic"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "topic"], name="one_registration_per_cluster_topic"),
+            models.UniqueConstraint(
+                fields=["topic"],
+                condition=models.Q(cluster__isnull=True),
+                name="one_registration_per_default_cluster_topic",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.topic
@@ -127,7 +139,10 @@ class DeadLetter(models.Model):
     group = models.ForeignKey(
         FailureGroup, on_delete=models.PROTECT, related_name="dead_letters", db_index=False
     )
-    # DLQ coordinates
+    # DLQ coordinates: the cluster (None: the default) the ingester read the record from, where a replay goes
+    cluster = models.ForeignKey(
+        KafkaCluster, on_delete=models.PROTECT, null=True, blank=True, related_name="+", db_index=False
+    )
     dlq_topic = models.CharField(max_length=249)
     dlq_topic_id = models.CharField(
         max_length=32,
@@ -188,6 +203,8 @@ class DeadLetter(models.Model):
             models.Index(fields=["last_failed_at", "id"], name="dl_failed_at_id"),
             models.Index(fields=["status", "status_changed_at"], name="dl_status_changed"),
             models.Index(fields=["pipeline"], name="dl_pipeline"),  # for SET_NULL when a pipeline goes
+            # PROTECT's check when a cluster is deleted; partial: the default cluster's rows are not in it
+            models.Index(fields=["cluster"], condition=models.Q(cluster__isnull=False), name="dl_cluster"),
         ]
 
     def __str__(self) -> str:

@@ -1,4 +1,4 @@
-"""One owner per DLQ topic. The DLQ ingest gives every record of a DLQ topic to the topic's owner (its team
+"""One owner per DLQ topic (of a cluster: topic names are a cluster's own). The DLQ ingest gives every record of a DLQ topic to the topic's owner (its team
 sees the payloads, may replay and delete them), so two owners of one topic would see, and act on, each
 other's dead letters. A DLQ topic therefore belongs to one pipeline (its spec's ``dlq.topic``) or to one
 registered extra topic, never to two.
@@ -13,10 +13,11 @@ from collections.abc import Callable
 
 from django.db import connection
 
-from pipelines.models import Pipeline
+from pipelines.models import KafkaCluster, Pipeline
 
-#: Given a topic, who else reads it as a DLQ (e.g. "the extra DLQ topic registered for team ops"), or None.
-DlqTopicClaim = Callable[[str], str | None]
+#: Given a topic and its cluster (None: the default), who else reads it as a DLQ (e.g. "the extra DLQ topic
+#: registered for team ops"), or None.
+DlqTopicClaim = Callable[[str, KafkaCluster | None], str | None]
 
 _claims: list[DlqTopicClaim] = []
 
@@ -39,22 +40,27 @@ def serialise_claims() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
 
 
-def pipeline_using_dlq_topic(topic: str, *, except_pipeline: Pipeline | None = None) -> Pipeline | None:
-    """The pipeline (of any team) whose current revision writes its dead letters to ``topic``, if any."""
-    others = Pipeline.objects.filter(current_revision__spec__dlq__topic=topic)
+def pipeline_using_dlq_topic(
+    topic: str, *, cluster: KafkaCluster | None, except_pipeline: Pipeline | None = None
+) -> Pipeline | None:
+    """The pipeline (of any team) on ``cluster`` whose current revision writes its dead letters to ``topic``,
+    if any."""
+    others = Pipeline.objects.filter(current_revision__spec__dlq__topic=topic, cluster=cluster)
     if except_pipeline is not None:
         others = others.exclude(pk=except_pipeline.pk)
     return others.order_by("pk").first()
 
 
-def dlq_topic_taken(topic: str, *, pipeline: Pipeline | None = None) -> str | None:
-    """Why ``topic`` cannot be the DLQ topic of ``pipeline`` (None for a new pipeline): the other owner,
-    named whatever its team, or None when the topic is free. Call inside ``serialise_claims``."""
-    other = pipeline_using_dlq_topic(topic, except_pipeline=pipeline)
+def dlq_topic_taken(
+    topic: str, *, cluster: KafkaCluster | None, pipeline: Pipeline | None = None
+) -> str | None:
+    """Why ``topic`` on ``cluster`` cannot be the DLQ topic of ``pipeline`` (None for a new pipeline): the
+    other owner, named whatever its team, or None when the topic is free. Call inside ``serialise_claims``."""
+    other = pipeline_using_dlq_topic(topic, cluster=cluster, except_pipeline=pipeline)
     if other is not None:
         return f"{topic} is already the DLQ topic of pipeline {other.name}; each pipeline needs its own"
     for claim in _claims:
-        owner = claim(topic)
+        owner = claim(topic, cluster)
         if owner is not None:
             return f"{topic} is already {owner}; each pipeline needs its own DLQ topic"
     return None

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from pipelines.connections import default_kafka
+from pipelines.clusters import default_kafka
 from streamforge_core.kafka import KafkaConnection, admin_config
 
 
@@ -27,12 +27,12 @@ class GroupLag:
 
 
 def consumer_group_lag(
-    *, group: str, topics: list[str], bootstrap: str | None = None, timeout: float = 10.0
+    *, group: str, topics: list[str], kafka: KafkaConnection | None = None, timeout: float = 10.0
 ) -> list[GroupLag]:
-    """The consumer group's lag per partition of ``topics``, from Kafka (what kafka-consumer-groups,
-    Burrow or a lag exporter would show). Missing topics are left out. Raises KafkaException when the
-    broker does not answer within ``timeout`` seconds."""
-    admin = AdminClient(admin_config(KafkaConnection(bootstrap) if bootstrap else default_kafka()))
+    """The consumer group's lag per partition of ``topics`` on ``kafka``'s cluster (default: the
+    installation's), from Kafka (what kafka-consumer-groups, Burrow or a lag exporter would show). Missing
+    topics are left out. Raises KafkaException when the broker does not answer within ``timeout`` seconds."""
+    admin = AdminClient(admin_config(kafka or default_kafka()))
     metadata = admin.list_topics(timeout=timeout)
     partitions = [
         TopicPartition(topic, partition)

@@ -3,7 +3,8 @@
 A custom collector, not in-process counters: any web process answers with the same numbers, and they
 survive restarts. Counters come from ``PipelineTotals`` (never decreasing, unlike samples under retention);
 ``streamforge_consumer_lag`` from ``PartitionProgress`` (each partition's lag after the last batch that read
-it). Every metric is labelled by ``pipeline``.
+it). Every metric is labelled by ``pipeline`` and by ``cluster``, the Kafka cluster it runs on (``default`` for
+the installation's ``KAFKA_*`` one), so one scrape spans every cluster and a dashboard can split by it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from access.permissions import is_admin
-from pipelines.models import PartitionProgress, Pipeline, PipelineTotals
+from pipelines.models import DEFAULT_CLUSTER_NAME, PartitionProgress, Pipeline, PipelineTotals
 
 
 class PipelineCollector(Collector):
@@ -28,42 +29,47 @@ class PipelineCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """One scrape: a handful of queries, independent of the number of samples stored."""
         consumed = CounterMetricFamily(
-            "streamforge_messages_consumed", "Records read from the source topics", labels=["pipeline"]
+            "streamforge_messages_consumed",
+            "Records read from the source topics",
+            labels=["pipeline", "cluster"],
         )
         produced = CounterMetricFamily(
             "streamforge_messages_produced",
             "Records written to destination topics (summed over destinations)",
-            labels=["pipeline"],
+            labels=["pipeline", "cluster"],
         )
         commits = CounterMetricFamily(
-            "streamforge_commits", "Batch offset commits by result", labels=["pipeline", "result"]
+            "streamforge_commits", "Batch offset commits by result", labels=["pipeline", "cluster", "result"]
         )
         retries = CounterMetricFamily(
-            "streamforge_retries", "Write retries (destination and DLQ)", labels=["pipeline"]
+            "streamforge_retries", "Write retries (destination and DLQ)", labels=["pipeline", "cluster"]
         )
         dlq = CounterMetricFamily(
-            "streamforge_dlq_messages", "Records written to the DLQ topic", labels=["pipeline"]
+            "streamforge_dlq_messages", "Records written to the DLQ topic", labels=["pipeline", "cluster"]
         )
         lag = GaugeMetricFamily(
             "streamforge_consumer_lag",
             "Records in a source partition not yet processed (latest - processed offset)",
-            labels=["pipeline", "topic", "partition"],
+            labels=["pipeline", "cluster", "topic", "partition"],
         )
-        names = dict(Pipeline.objects.values_list("pk", "name"))
+        labels = {
+            pk: [name, cluster or DEFAULT_CLUSTER_NAME]
+            for pk, name, cluster in Pipeline.objects.values_list("pk", "name", "cluster__name")
+        }
         for totals in PipelineTotals.objects.all():
-            name = names.get(totals.pipeline_id)
-            if name is None:
+            of = labels.get(totals.pipeline_id)
+            if of is None:
                 continue
-            consumed.add_metric([name], totals.consumed)
-            produced.add_metric([name], totals.produced)
-            commits.add_metric([name, "success"], totals.commits_succeeded)
-            commits.add_metric([name, "failure"], totals.commits_failed)
-            retries.add_metric([name], totals.retries)
-            dlq.add_metric([name], totals.dlq_records)
+            consumed.add_metric(of, totals.consumed)
+            produced.add_metric(of, totals.produced)
+            commits.add_metric([*of, "success"], totals.commits_succeeded)
+            commits.add_metric([*of, "failure"], totals.commits_failed)
+            retries.add_metric(of, totals.retries)
+            dlq.add_metric(of, totals.dlq_records)
         for row in PartitionProgress.objects.all():
-            name = names.get(row.pipeline_id)
-            if name is not None:
-                lag.add_metric([name, row.topic, str(row.partition)], row.lag)
+            of = labels.get(row.pipeline_id)
+            if of is not None:
+                lag.add_metric([*of, row.topic, str(row.partition)], row.lag)
         yield from (consumed, produced, commits, retries, dlq, lag)
 
 

@@ -42,13 +42,59 @@ class PipelineState(models.TextChoices):
 ACTIVE_STATES = (PipelineState.STARTING, PipelineState.RUNNING, PipelineState.STOPPING)
 
 
+class KafkaCluster(models.Model):
+    """A named Kafka cluster besides the installation's default one (which is not a row: it comes from the
+    ``KAFKA_*`` environment, and a pipeline or DLQ topic with no cluster uses it).
+
+    Holds how to connect, never a secret: the SASL password is a *reference* (``password_ref``:
+    ``env:KAFKA_<NAME>`` or ``file:/path/under/a/credential/dir``), read each time a client is built, so a
+    database dump, a backup or the admin's screen never holds it and a rotation needs no write here. The TLS
+    files are paths to PEM files under the same directories. ``pipelines.clusters`` validates the whole and
+    turns a row into a ``streamforge_core.kafka.KafkaConnection``.
+    """
+
+    name = models.SlugField(max_length=63, unique=True)
+    description = models.TextField(blank=True)
+    bootstrap_servers = models.CharField(max_length=1000, help_text="comma-separated host:port list")
+    security_protocol = models.CharField(max_length=16, default="PLAINTEXT")
+    sasl_mechanism = models.CharField(max_length=16, blank=True)
+    sasl_username = models.CharField(max_length=255, blank=True)
+    password_ref = models.CharField(
+        max_length=1000, blank=True, help_text="env:KAFKA_<NAME> or file:<path>; never the password itself"
+    )
+    ssl_ca_location = models.CharField(max_length=1000, blank=True)
+    ssl_certificate_location = models.CharField(max_length=1000, blank=True)
+    ssl_key_location = models.CharField(max_length=1000, blank=True)
+    verify_hostname = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+#: The name the default cluster (``KAFKA_*`` environment, no row) goes by in the UI, the API and metrics.
+DEFAULT_CLUSTER_NAME = "default"
+
+
 class Pipeline(models.Model):
     """A named Kafka-to-Kafka pipeline owned by a team. Its behaviour is its ``current_revision``'s spec;
-    ``desired_state`` is what operators asked for, ``state`` what supervision last saw."""
+    ``desired_state`` is what operators asked for, ``state`` what supervision last saw. It reads and writes
+    one Kafka ``cluster`` (None: the installation's default), fixed at creation: offsets, checkpoints and
+    transactions mean nothing on another cluster."""
 
     name = models.SlugField(max_length=63, unique=True)
     description = models.TextField(blank=True)
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="pipelines")
+    cluster = models.ForeignKey(
+        KafkaCluster, on_delete=models.PROTECT, null=True, blank=True, related_name="pipelines"
+    )
     desired_state = models.CharField(
         max_length=16, choices=DesiredState.choices, default=DesiredState.STOPPED
     )

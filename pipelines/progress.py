@@ -27,6 +27,7 @@ from django.db.models import Avg, BigIntegerField, Count, ExpressionWrapper, F, 
 from django.utils import timezone
 
 from pipelines import broadcast
+from pipelines.clusters import connection_for
 from pipelines.lag import consumer_group_lag
 from pipelines.models import MetricSample, PartitionProgress, Pipeline, PipelineRun, PipelineTotals
 from streamforge_core import contract as c
@@ -502,7 +503,10 @@ def pipeline_metrics(
         group["group"] = spec.source.consumer_group
         try:
             lags = consumer_group_lag(
-                group=spec.source.consumer_group, topics=list(spec.source.topics), timeout=5
+                group=spec.source.consumer_group,
+                topics=list(spec.source.topics),
+                kafka=connection_for(pipeline.cluster),
+                timeout=5,
             )
             group["lag"] = sum(p.lag for p in lags)
             group["partitions"] = [

@@ -24,8 +24,9 @@ from access.models import Role, Team
 from access.permissions import require_role
 from pipelines import dlq_owners
 from pipelines.dsl import Message, Outcome, evaluate_destination
-from pipelines.models import Pipeline, PipelineRevision
+from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster, Pipeline, PipelineRevision
 from pipelines.spec import PipelineSpec, SpecError, parse_spec
+from streamforge_core.kafka import KafkaConnection
 from streamforge_core.text import UNENCODABLE, is_encodable, unencodable_path
 
 
@@ -45,15 +46,24 @@ def spec_diff(
 
 
 @transaction.atomic
-def create_pipeline(*, actor: User, name: str, team: Team, spec: object, description: str = "") -> Pipeline:
-    """Create a pipeline with revision 1. Needs the admin role (DESIGN.md: admins own pipelines).
+def create_pipeline(
+    *,
+    actor: User,
+    name: str,
+    team: Team,
+    spec: object,
+    description: str = "",
+    cluster: KafkaCluster | None = None,
+) -> Pipeline:
+    """Create a pipeline with revision 1 on ``cluster`` (None: the installation's default; fixed for the
+    pipeline's life). Needs the admin role (DESIGN.md: admins own pipelines).
 
     Raises SpecError (field errors) for an invalid spec, PermissionDenied without the role.
     """
     require_role(actor, team, Role.ADMIN)
     validated = parse_spec(spec, pipeline_name=name)
-    _claim_dlq_topic(validated, pipeline=None)
-    pipeline = Pipeline.objects.create(name=name, team=team, description=description)
+    _claim_dlq_topic(validated, pipeline=None, cluster=cluster)
+    pipeline = Pipeline.objects.create(name=name, team=team, description=description, cluster=cluster)
     _add_revision(pipeline=pipeline, actor=actor, spec=validated, comment="created")
     audit.record(
         actor=actor,
@@ -61,6 +71,7 @@ def create_pipeline(*, actor: User, name: str, team: Team, spec: object, descrip
         target_type="pipeline",
         target_id=name,
         after=validated.to_json(),
+        details={"cluster": cluster.name if cluster is not None else DEFAULT_CLUSTER_NAME},
     )
     return pipeline
 
@@ -82,7 +93,7 @@ def revise_pipeline(
     require_role(actor, pipeline.team, Role.ADMIN)
     locked = Pipeline.objects.select_for_update().get(pk=pipeline.pk)  # serialises revision numbering
     validated = parse_spec(spec, pipeline_name=locked.name)
-    _claim_dlq_topic(validated, pipeline=locked)
+    _claim_dlq_topic(validated, pipeline=locked, cluster=locked.cluster)
     current = locked.current_revision
     described: dict[str, str] = {}
     if description is not None and description != locked.description:
@@ -117,11 +128,12 @@ def revise_pipeline(
     return revision
 
 
-def _claim_dlq_topic(spec: PipelineSpec, *, pipeline: Pipeline | None) -> None:
-    """Refuse a DLQ topic another pipeline or a registered extra DLQ topic already owns (``dlq_owners``);
-    the lock held until the caller's transaction ends keeps a concurrent claim from taking it meanwhile."""
+def _claim_dlq_topic(spec: PipelineSpec, *, pipeline: Pipeline | None, cluster: KafkaCluster | None) -> None:
+    """Refuse a DLQ topic another pipeline or a registered extra DLQ topic already owns on ``cluster``
+    (``dlq_owners``); the lock held until the caller's transaction ends keeps a concurrent claim from taking
+    it meanwhile."""
     dlq_owners.serialise_claims()
-    problem = dlq_owners.dlq_topic_taken(spec.dlq.topic, pipeline=pipeline)
+    problem = dlq_owners.dlq_topic_taken(spec.dlq.topic, cluster=cluster, pipeline=pipeline)
     if problem is not None:
         raise SpecError({"dlq.topic": [problem]})
 
@@ -366,7 +378,7 @@ class SampleUnavailable(Exception):
 
 
 def sample_source_messages(
-    *, topics: Sequence[str], limit: int = 10, timeout: float = 5.0, bootstrap: str | None = None
+    *, topics: Sequence[str], limit: int = 10, timeout: float = 5.0, kafka: KafkaConnection | None = None
 ) -> list[SampledMessage]:
     """Up to ``limit`` of the newest records of ``topics``, as sample-message JSON for ``sample_message``
     (``value`` as text when it is UTF-8, else ``value_base64``; ``key`` as text; ``headers``; ``timestamp``
@@ -378,12 +390,12 @@ def sample_source_messages(
     """
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    from pipelines.connections import default_kafka
-    from streamforge_core.kafka import KafkaConnection, consumer_config
+    from pipelines.clusters import default_kafka
+    from streamforge_core.kafka import consumer_config
 
     consumer = Consumer(
         consumer_config(
-            KafkaConnection(bootstrap) if bootstrap else default_kafka(),
+            kafka or default_kafka(),
             group_id="streamforge-web-sampler",  # required by the client; never committed to
             extra={"enable.partition.eof": True},
         )

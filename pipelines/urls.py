@@ -2,10 +2,15 @@
 
 from django.urls import URLPattern, path
 
-from pipelines import views
+from pipelines import cluster_views, views
 
 urlpatterns: list[URLPattern] = [
     path("", views.overview, name="overview"),
+    path("clusters/", cluster_views.cluster_list, name="cluster-list"),
+    path("clusters/new/", cluster_views.cluster_edit, name="cluster-new"),
+    path("clusters/<slug:name>/edit/", cluster_views.cluster_edit, name="cluster-edit"),
+    path("clusters/<slug:name>/test/", cluster_views.cluster_test, name="cluster-test"),
+    path("clusters/<slug:name>/delete/", cluster_views.cluster_delete, name="cluster-delete"),
     path("pipelines/overview.json", views.overview_json, name="overview-json"),
     path("pipelines/new/", views.pipeline_editor, name="pipeline-new"),
     path(

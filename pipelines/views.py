@@ -24,8 +24,9 @@ from django.views.decorators.http import require_GET, require_POST
 from access.models import Role, Team
 from access.permissions import has_role, is_admin
 from pipelines import editor, presenters, selectors, supervision
+from pipelines.clusters import connection_for
 from pipelines.diffs import diff_lines
-from pipelines.models import Pipeline
+from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster, Pipeline
 from pipelines.progress import RATE_WINDOW_SECONDS
 from pipelines.services import (
     SampleUnavailable,
@@ -137,11 +138,18 @@ def pipeline_action(request: HttpRequest, name: str, action: str) -> HttpRespons
 
 
 class PipelineMetaForm(forms.Form):
-    """The editor's inputs that are not part of the spec: name and team (new pipelines only), the
-    description, and the comment stored with the new revision."""
+    """The editor's inputs that are not part of the spec: name, team and Kafka cluster (new pipelines only),
+    the description, and the comment stored with the new revision."""
 
     name = forms.SlugField(max_length=63, help_text="lowercase letters, digits, '-' and '_'")
     team = forms.ModelChoiceField(queryset=Team.objects.none(), to_field_name="name", empty_label=None)
+    cluster = forms.ModelChoiceField(
+        queryset=KafkaCluster.objects.all(),
+        to_field_name="name",
+        required=False,
+        empty_label=f"{DEFAULT_CLUSTER_NAME} (the installation's KAFKA_* cluster)",
+        help_text="where its topics are; fixed once created",
+    )
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
     comment = forms.CharField(required=False, max_length=500, help_text="why this revision (kept with it)")
 
@@ -151,6 +159,7 @@ class PipelineMetaForm(forms.Form):
         if editing:
             del self.fields["name"]
             del self.fields["team"]
+            del self.fields["cluster"]
         else:
             team_field = self.fields["team"]
             assert isinstance(team_field, forms.ModelChoiceField)
@@ -218,7 +227,9 @@ def pipeline_editor(request: HttpRequest, name: str | None = None) -> HttpRespon
         # form-to-spec rules live in one place; nothing is saved.
         if form_errors:
             switch_to = request.POST.get(editor.MODE_FIELD) or "form"
-        typed = {key: request.POST.get(key, "") for key in ("name", "team", "description", "comment")}
+        typed = {
+            key: request.POST.get(key, "") for key in ("name", "team", "cluster", "description", "comment")
+        }
         meta = PipelineMetaForm(initial=typed, user=user, editing=editing)  # unbound: no "required" noise
         return render(
             request,
@@ -237,6 +248,7 @@ def pipeline_editor(request: HttpRequest, name: str | None = None) -> HttpRespon
                     team=data["team"],
                     spec=draft,
                     description=data["description"],
+                    cluster=data["cluster"],
                 )
                 messages.success(request, f"Pipeline {pipeline.name} created (revision 1).")
             else:
@@ -300,16 +312,24 @@ def draft_dry_run_request(request: HttpRequest) -> JsonResponse:
 @login_required
 @require_POST
 def draft_sample(request: HttpRequest) -> JsonResponse:
-    """The newest records of the draft's source topics as sample messages (admin: it reads any topic
-    named). 400 without topics, 503 when Kafka cannot be read."""
+    """The newest records of the draft's source topics, on the draft's Kafka cluster, as sample messages
+    (admin: it reads any topic named). 400 without topics or for an unknown cluster, 503 when Kafka cannot
+    be read."""
     if not is_admin(request.user):
         raise PermissionDenied("sampling source topics needs the admin role")
     draft, _ = editor.spec_from_form(request.POST)
     topics = (draft.get("source") or {}).get("topics") or []
     if not isinstance(topics, list) or not topics:
         return JsonResponse({"errors": {"source.topics": ["name a source topic to sample"]}}, status=400)
+    cluster = None
+    if chosen := request.POST.get("cluster", ""):
+        cluster = KafkaCluster.objects.filter(name=chosen).first()
+        if cluster is None:
+            return JsonResponse({"errors": {"cluster": [f"no Kafka cluster named {chosen!r}"]}}, status=400)
     try:
-        sampled = sample_source_messages(topics=[str(t) for t in topics], limit=10, timeout=5.0)
-    except SampleUnavailable as exc:
+        sampled = sample_source_messages(
+            topics=[str(t) for t in topics], limit=10, timeout=5.0, kafka=connection_for(cluster)
+        )
+    except (SampleUnavailable, ValueError) as exc:  # ValueError: the cluster's password cannot be read
         return JsonResponse({"errors": {"source.topics": [str(exc)]}}, status=503)
     return JsonResponse({"messages": sampled})

@@ -3,6 +3,11 @@
 Both answer without authentication, as orchestrators' probes do not log in, and say nothing secret: the
 readiness body names each dependency, whether it answered, how long it took in milliseconds, and for a
 failure the exception class and a short reason.
+
+Kafka is checked once per cluster: ``kafka`` is the installation's default cluster, ``kafka:<name>`` each
+named one. The default is needed by everything (the audit anchor among it) and fails readiness; a named
+cluster that does not answer is reported in ``degraded`` and leaves the process ready, as one team's cluster
+outage must not take the console away from every other team (nor from that team's on-call).
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from pipelines.connections import default_kafka
+from pipelines.clusters import connection_for
+from pipelines.models import KafkaCluster
 from streamforge_core import redis_client
-from streamforge_core.kafka import admin_config
+from streamforge_core.kafka import KafkaConnection, admin_config
 
 
 class CheckResult(TypedDict, total=False):
@@ -49,10 +55,10 @@ def check_redis() -> None:
         client.close()
 
 
-def check_kafka() -> None:
-    """Fetch cluster metadata from ``KAFKA_BOOTSTRAP_SERVERS``; raises when no broker answers in time."""
+def check_kafka(conn: KafkaConnection) -> None:
+    """Fetch ``conn``'s cluster metadata; raises when no broker answers within the readiness timeout."""
     admin = AdminClient(
-        admin_config(default_kafka(), extra={"socket.timeout.ms": settings.READINESS_TIMEOUT_SECONDS * 1000})
+        admin_config(conn, extra={"socket.timeout.ms": settings.READINESS_TIMEOUT_SECONDS * 1000})
     )
     metadata = admin.list_topics(timeout=settings.READINESS_TIMEOUT_SECONDS)
     if not metadata.brokers:
@@ -85,31 +91,56 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 class Readiness(TypedDict):
-    """``status`` ("ready" or "not ready"), the names of the ``failing`` dependencies, and every check."""
+    """``status`` ("ready" or "not ready"), the names of the ``failing`` dependencies (the database, Redis,
+    the default Kafka cluster), the named Kafka clusters that did not answer (``degraded``), and every
+    check."""
 
     status: str
     failing: list[str]
+    degraded: list[str]
     checks: dict[str, CheckResult]
 
 
+def _connection_check(cluster: KafkaCluster | None) -> Callable[[], None]:
+    def check() -> None:
+        check_kafka(connection_for(cluster))  # a password that cannot be read fails this check alone
+
+    return check
+
+
 def readiness() -> Readiness:
-    """Check the database, Redis and Kafka; Redis and Kafka in parallel threads, the database on the caller's
-    own connection. Never raises: a failing dependency is reported in the result."""
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        redis_future = pool.submit(_timed, check_redis)
-        kafka_future = pool.submit(_timed, check_kafka)
-        checks = {
-            "database": _timed(check_database),
-            "redis": redis_future.result(),
-            "kafka": kafka_future.result(),
+    """Check the database, Redis and each Kafka cluster; all but the database in parallel threads, the
+    database on the caller's own connection (which also lists the named clusters). Never raises: a failing
+    dependency is reported in the result."""
+    started = time.perf_counter()
+    checks: dict[str, CheckResult] = {"database": _timed(check_database)}
+    named: list[KafkaCluster] = []
+    if checks["database"]["ok"]:
+        try:
+            named = list(KafkaCluster.objects.order_by("name"))
+        except Exception as exc:  # the database answered SELECT 1 but not this: report, do not raise
+            checks["database"] = {"ok": False, "ms": _elapsed_ms(started), "error": type(exc).__name__}
+    with ThreadPoolExecutor(max_workers=min(8, 2 + len(named))) as pool:
+        futures = {
+            "redis": pool.submit(_timed, check_redis),
+            "kafka": pool.submit(_timed, _connection_check(None)),
+            **{f"kafka:{c.name}": pool.submit(_timed, _connection_check(c)) for c in named},
         }
-    failing = [name for name, result in checks.items() if not result["ok"]]
-    return {"status": "not ready" if failing else "ready", "failing": failing, "checks": checks}
+        checks.update({name: future.result() for name, future in futures.items()})
+    failing = [n for n, r in checks.items() if not r["ok"] and not n.startswith("kafka:")]
+    degraded = [n for n, r in checks.items() if not r["ok"] and n.startswith("kafka:")]
+    return {
+        "status": "not ready" if failing else "ready",
+        "failing": failing,
+        "degraded": degraded,
+        "checks": checks,
+    }
 
 
 @require_GET
 @never_cache
 def readyz(request: HttpRequest) -> JsonResponse:
-    """200 when the database, Redis and Kafka all answer, else 503; the body is ``readiness()``."""
+    """200 when the database, Redis and the default Kafka cluster answer, else 503; the body is
+    ``readiness()`` (named clusters that do not answer are listed in ``degraded``)."""
     result = readiness()
     return JsonResponse(result, status=503 if result["failing"] else 200)

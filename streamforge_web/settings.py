@@ -11,7 +11,8 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | DJANGO_CSRF_TRUSTED_ORIGINS | (none) | extra origins for CSRF, e.g. https://sf.example.com |
 | DATABASE_URL | sqlite:///<repo>/db.sqlite3 | any dj-database-url URL (postgres://... for PostgreSQL) |
 | REDIS_URL | redis://127.0.0.1:6379/0 | Celery broker and results, Channels layer, driver progress |
-| KAFKA_BOOTSTRAP_SERVERS | 127.0.0.1:9092 | the Kafka cluster the pipelines use |
+| KAFKA_BOOTSTRAP_SERVERS | 127.0.0.1:9092 | the default Kafka cluster (others are named clusters, added by admins); KAFKA_SECURITY_PROTOCOL and the rest: README "Connecting to a secured Kafka cluster" |
+| STREAMFORGE_KAFKA_CREDENTIAL_DIRS | /run/secrets,/etc/streamforge/kafka | directories a named cluster's password, CA, certificate and key files must be in |
 | SPARK_MASTER | local[*] | where pipeline drivers run (local[*], spark://host:7077, k8s://...) |
 | STREAMFORGE_SPARK_JARS | (none) | comma-separated connector jars or folders of jars (devstack fills it in) |
 | STREAMFORGE_STATE_DIR | <repo>/.stack/dev | checkpoints, driver logs, the debug secret and audit keys |
@@ -210,6 +211,11 @@ BEHIND_PROXY = env_bool("STREAMFORGE_BEHIND_PROXY", default=False)
 PROXY_COUNT = env_int("STREAMFORGE_PROXY_COUNT", 1 if BEHIND_PROXY else 0, minimum=0)
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 KAFKA_BOOTSTRAP_SERVERS = env_str("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+# Where a named Kafka cluster's referenced files (password, CA, client certificate and key) may be: a cluster
+# row cannot point a client at any other file of the server (pipelines.clusters).
+KAFKA_CREDENTIAL_DIRS = env_list(
+    "STREAMFORGE_KAFKA_CREDENTIAL_DIRS", ["/run/secrets", "/etc/streamforge/kafka"]
+)
 SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")
 
 

@@ -43,6 +43,7 @@ from dlq.services import (
     SourceCoordinates,
     runbooks_for,
 )
+from pipelines.models import DEFAULT_CLUSTER_NAME
 from pipelines.spec import DestinationConfig
 from streamforge_core.text import UNENCODABLE, unencodable_path
 
@@ -50,7 +51,13 @@ from streamforge_core.text import UNENCODABLE, unencodable_path
 class DeadLetterListSerializer(serializers.ModelSerializer[DeadLetter]):
     """One row of the message list: coordinates, the failure, status. No payload (see the detail)."""
 
+    def get_cluster(self, obj: DeadLetter) -> str:
+        return obj.cluster.name if obj.cluster is not None else DEFAULT_CLUSTER_NAME
+
     pipeline = serializers.CharField(source="pipeline_name")
+    cluster = serializers.SerializerMethodField(
+        help_text="the Kafka cluster it was read from (and replays to)"
+    )
     error_message = serializers.SerializerMethodField()
 
     class Meta:
@@ -59,6 +66,7 @@ class DeadLetterListSerializer(serializers.ModelSerializer[DeadLetter]):
             "id",
             "status",
             "pipeline",
+            "cluster",
             "error_type",
             "error_message",
             "destination",
@@ -360,7 +368,12 @@ class BulkSerializer(serializers.ModelSerializer[BulkAction]):
 
 
 class DlqTopicSerializer(serializers.ModelSerializer[DlqTopic]):
-    """An extra DLQ topic the ingester reads."""
+    """An extra DLQ topic the ingester reads, on its Kafka cluster."""
+
+    cluster = serializers.SerializerMethodField()
+
+    def get_cluster(self, obj: DlqTopic) -> str:
+        return obj.cluster.name if obj.cluster is not None else DEFAULT_CLUSTER_NAME
 
     team: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
     pipeline: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
@@ -369,7 +382,7 @@ class DlqTopicSerializer(serializers.ModelSerializer[DlqTopic]):
 
     class Meta:
         model = DlqTopic
-        fields = ["id", "topic", "team", "pipeline", "description", "created_at"]
+        fields = ["id", "topic", "cluster", "team", "pipeline", "description", "created_at"]
 
 
 class DlqTopicCreateSerializer(serializers.Serializer[dict[str, Any]]):
@@ -379,6 +392,9 @@ class DlqTopicCreateSerializer(serializers.Serializer[dict[str, Any]]):
     team = serializers.CharField()
     pipeline = serializers.CharField(required=False, allow_blank=True, default="")
     description = serializers.CharField(required=False, allow_blank=True, default="")
+    cluster = serializers.CharField(
+        required=False, default=DEFAULT_CLUSTER_NAME, help_text="its Kafka cluster"
+    )
 
 
 # ------------------------------------------------------------------------------------------ inspection

@@ -56,7 +56,7 @@ from dlq.models import (
     Runbook,
     Status,
 )
-from pipelines.models import Pipeline
+from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster, Pipeline
 
 
 class ServiceErrorsMixin:
@@ -115,7 +115,11 @@ class DeadLetterViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[DeadLe
     pagination_class = NewestFirst
 
     def get_queryset(self) -> QuerySet[DeadLetter]:
-        return services.visible_dead_letters(self.request.user).defer("key", "value", "headers")
+        return (
+            services.visible_dead_letters(self.request.user)
+            .select_related("cluster")
+            .defer("key", "value", "headers")
+        )
 
     def _dead_letter(self, pk: str) -> DeadLetter:
         return get_object_or_404(
@@ -429,7 +433,7 @@ class DlqTopicViewSet(ServiceErrorsMixin, mixins.CreateModelMixin, viewsets.Read
 
     def get_queryset(self) -> QuerySet[DlqTopic]:
         return DlqTopic.objects.filter(team__in=visible_teams(self.request.user)).select_related(
-            "team", "pipeline"
+            "team", "pipeline", "cluster"
         )
 
     @extend_schema(request=DlqTopicCreateSerializer, responses={201: DlqTopicSerializer})
@@ -449,11 +453,17 @@ class DlqTopicViewSet(ServiceErrorsMixin, mixins.CreateModelMixin, viewsets.Read
                 return Response(
                     {"pipeline": ["no such pipeline in this team"]}, status=status.HTTP_400_BAD_REQUEST
                 )
+        cluster = None
+        if data["cluster"] != DEFAULT_CLUSTER_NAME:
+            cluster = KafkaCluster.objects.filter(name=data["cluster"]).first()
+            if cluster is None:
+                return Response({"cluster": ["no such Kafka cluster"]}, status=status.HTTP_400_BAD_REQUEST)
         row = services.register_topic(
             actor=request.user,  # type: ignore[arg-type]
             topic=data["topic"],
             team=team,
             pipeline=pipeline,
             description=data["description"],
+            cluster=cluster,
         )
         return Response(DlqTopicSerializer(row).data, status=status.HTTP_201_CREATED)

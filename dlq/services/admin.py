@@ -15,49 +15,67 @@ from access.permissions import require_role
 from dlq.models import DlqTopic, FailureGroup, Runbook, RunbookAction
 from dlq.services.errors import InvalidRequest
 from pipelines import dlq_owners
-from pipelines.models import Pipeline
+from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster, Pipeline
 from streamforge_core.kafka import topic_name_problem
 
 
 def register_topic(
-    *, actor: User, topic: str, team: Team, pipeline: Pipeline | None = None, description: str = ""
+    *,
+    actor: User,
+    topic: str,
+    team: Team,
+    pipeline: Pipeline | None = None,
+    description: str = "",
+    cluster: KafkaCluster | None = None,
 ) -> DlqTopic:
-    """Have the ingester read an extra DLQ topic (e.g. one written by Kafka Connect or Spring Kafka) for
-    ``team``, optionally for one of its pipelines: the topic's records then belong to them, whatever their
-    headers say. Needs the admin role. Raises InvalidRequest for a topic name Kafka would refuse, a topic
-    already registered, one a pipeline (of any team) writes its dead letters to (a DLQ topic has one owner,
-    ``pipelines.dlq_owners``), or a pipeline of another team."""
+    """Have the ingester read an extra DLQ topic (e.g. one written by Kafka Connect or Spring Kafka) of
+    ``cluster`` (None: the default) for ``team``, optionally for one of its pipelines: the topic's records
+    then belong to them, whatever their headers say. Needs the admin role. Raises InvalidRequest for a topic
+    name Kafka would refuse, a topic already registered on that cluster, one a pipeline (of any team) there
+    writes its dead letters to (a DLQ topic has one owner, ``pipelines.dlq_owners``), a pipeline of another
+    team, or a pipeline on another cluster (a replay goes to the pipeline's source, on its cluster)."""
     require_role(actor, team, Role.ADMIN)
     name = topic.strip()
     if (problem := topic_name_problem(name)) is not None:
         raise InvalidRequest("topic", problem)
     if pipeline is not None and pipeline.team_id != team.pk:
         raise InvalidRequest("pipeline", f"pipeline {pipeline.name} belongs to another team")
+    if pipeline is not None and pipeline.cluster_id != (cluster.pk if cluster else None):
+        raise InvalidRequest("cluster", f"pipeline {pipeline.name} runs on another Kafka cluster")
     with transaction.atomic():
         dlq_owners.serialise_claims()
-        if DlqTopic.objects.filter(topic=name).exists():
-            raise InvalidRequest("topic", f"{name} is already registered")
-        if (owner := dlq_owners.pipeline_using_dlq_topic(name)) is not None:
+        if DlqTopic.objects.filter(topic=name, cluster=cluster).exists():
+            raise InvalidRequest("topic", f"{name} is already registered on this cluster")
+        if (owner := dlq_owners.pipeline_using_dlq_topic(name, cluster=cluster)) is not None:
             raise InvalidRequest(
                 "topic", f"{name} is the DLQ topic of pipeline {owner.name}; it is read already"
             )
         row = DlqTopic.objects.create(
-            topic=name, team=team, pipeline=pipeline, description=description, created_by=actor
+            topic=name,
+            cluster=cluster,
+            team=team,
+            pipeline=pipeline,
+            description=description,
+            created_by=actor,
         )
         audit.record(
             actor=actor,
             action="dlq.topic_register",
             target_type="dlq_topic",
             target_id=name,
-            details={"team": team.name, "pipeline": pipeline.name if pipeline else None},
+            details={
+                "team": team.name,
+                "pipeline": pipeline.name if pipeline else None,
+                "cluster": cluster.name if cluster else DEFAULT_CLUSTER_NAME,
+            },
         )
     return row
 
 
-def registered_topic_owner(topic: str) -> str | None:
-    """Who reads ``topic`` as a registered extra DLQ topic ("the extra DLQ topic registered for team X"),
-    or None (``pipelines.dlq_owners`` asks this before a pipeline claims a DLQ topic)."""
-    row = DlqTopic.objects.filter(topic=topic).select_related("team").first()
+def registered_topic_owner(topic: str, cluster: KafkaCluster | None) -> str | None:
+    """Who reads ``topic`` of ``cluster`` as a registered extra DLQ topic ("the extra DLQ topic registered
+    for team X"), or None (``pipelines.dlq_owners`` asks this before a pipeline claims a DLQ topic)."""
+    row = DlqTopic.objects.filter(topic=topic, cluster=cluster).select_related("team").first()
     return None if row is None else f"the extra DLQ topic registered for team {row.team.name}"
 
 

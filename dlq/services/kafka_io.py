@@ -1,6 +1,7 @@
-"""The DLQ console's Kafka I/O: one idempotent producer per process, producing records and waiting for the
-broker's answer to each, and finding replay ids on a topic (how ``resolve_in_doubt`` learns whether a
-replay whose process died had landed)."""
+"""The DLQ console's Kafka I/O: one idempotent producer per process and cluster, producing records and
+waiting for the broker's answer to each, and finding replay ids on a topic (how ``resolve_in_doubt`` learns
+whether a replay whose process died had landed). A dead letter is replayed on the cluster it was read from
+(``DeadLetter.cluster``; None: the installation's default)."""
 
 from __future__ import annotations
 
@@ -16,20 +17,23 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from django.conf import settings
 
-from pipelines.connections import default_kafka
+from pipelines.clusters import connection_for
+from pipelines.models import KafkaCluster
 from streamforge_core import contract as c
-from streamforge_core.kafka import Record, consumer_config, producer_config
+from streamforge_core.kafka import KafkaConnection, Record, consumer_config, producer_config
 
 
 @dataclass
 class OutgoingRecord:
-    """One record to produce and, once the broker answered (``done``), where it landed (``partition``,
-    ``offset``) or why not (``error``, empty on success). ``produce`` fills in the answer."""
+    """One record to produce on the cluster ``cluster_id`` (None: the default) and, once the broker answered
+    (``done``), where it landed (``partition``, ``offset``) or why not (``error``, empty on success).
+    ``produce`` fills in the answer."""
 
     topic: str
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    cluster_id: int | None = None
     partition: int | None = None
     offset: int | None = None
     error: str = ""
@@ -38,19 +42,31 @@ class OutgoingRecord:
 
 _producer_lock = threading.Lock()
 _producer_state: dict[str, Any] = {}
+_producers: dict[KafkaConnection, Producer] = {}
 
 
-def producer() -> Producer:
-    """One idempotent producer per process and connection (re-created after a fork, and when the connection
-    changes: another cluster, or a rotated password read from its file). acks=all and idempotence make the
+def connection_of(cluster_id: int | None) -> KafkaConnection:
+    """The connection to the cluster ``cluster_id`` (None: the default). Raises KafkaCluster.DoesNotExist,
+    or ValueError when its password cannot be read."""
+    return connection_for(KafkaCluster.objects.get(pk=cluster_id) if cluster_id is not None else None)
+
+
+def producer(conn: KafkaConnection) -> Producer:
+    """One idempotent producer per process and connection (re-created after a fork; one per cluster, and a
+    new one when a connection changes, e.g. a rotated password read from its file). acks=all and idempotence make the
     broker drop the duplicates its own retries would create; ``delivery.timeout.ms`` bounds how long a
     record may still land after ``produce``, which is what lets ``resolve_in_doubt`` decide. A replaced
     producer stays alive while a caller still holds it, so its records are still answered."""
-    conn = default_kafka()
     with _producer_lock:
-        if _producer_state.get("pid") != os.getpid() or _producer_state.get("connection") != conn:
-            _producer_state["connection"] = conn
-            _producer_state["producer"] = Producer(
+        if _producer_state.get("pid") != os.getpid():
+            _producers.clear()
+            _producer_state["pid"] = os.getpid()
+        # A cluster's earlier producer (before a rotation) is dropped from the cache; callers holding it keep it.
+        for stale in [known for known in _producers if known.bootstrap_servers == conn.bootstrap_servers]:
+            if stale != conn:
+                del _producers[stale]
+        if conn not in _producers:
+            _producers[conn] = Producer(
                 producer_config(
                     conn,
                     client_id=f"streamforge-replay-{socket.gethostname()}-{os.getpid()}",
@@ -60,16 +76,27 @@ def producer() -> Producer:
                     },
                 )
             )
-            _producer_state["pid"] = os.getpid()
-        shared: Producer = _producer_state["producer"]
-        return shared
+        return _producers[conn]
 
 
 def produce(records: Sequence[OutgoingRecord]) -> None:
-    """Produce every record and wait until the broker answered each, or the delivery timeout
+    """Produce every record on its cluster and wait until the broker answered each, or the delivery timeout
     (``STREAMFORGE_DLQ_PRODUCE_TIMEOUT_SECONDS``) passed; fills in each record's answer. Never raises for
-    a record the broker refused: its ``error`` says why."""
-    kafka = producer()
+    a record the broker refused, nor for a cluster that cannot be connected to: its ``error`` says why."""
+    by_cluster: dict[int | None, list[OutgoingRecord]] = {}
+    for out in records:
+        by_cluster.setdefault(out.cluster_id, []).append(out)
+    for cluster_id, outs in by_cluster.items():
+        try:
+            conn = connection_of(cluster_id)
+        except (KafkaCluster.DoesNotExist, ValueError) as exc:
+            for out in outs:
+                out.error, out.done = f"the Kafka cluster cannot be used: {exc}", True
+            continue
+        _produce_on(producer(conn), outs)
+
+
+def _produce_on(kafka: Producer, records: Sequence[OutgoingRecord]) -> None:
 
     def callback(out: OutgoingRecord) -> Callable[[KafkaError | None, Any], None]:
         def report(err: KafkaError | None, msg: Any) -> None:
@@ -105,11 +132,17 @@ def produce(records: Sequence[OutgoingRecord]) -> None:
             out.error = out.error or "no acknowledgement from the broker before the delivery timeout"
 
 
-def find_replay_ids(topic: str, wanted: set[str], since_ms: int) -> dict[str, tuple[int, int]]:
-    """Read ``topic`` from ``since_ms`` (epoch milliseconds) to its current end and return, for each
-    replay id of ``wanted`` found in an ``x-streamforge-replay-id`` header, the (partition, offset) of its
-    record. Stops early once all are found, or after 60 seconds; a missing topic finds nothing."""
-    consumer = Consumer(consumer_config(default_kafka(), group_id=f"streamforge-resolve-{uuid.uuid4()}"))
+def find_replay_ids(
+    topic: str, wanted: set[str], since_ms: int, cluster_id: int | None = None
+) -> dict[str, tuple[int, int]]:
+    """Read ``topic`` of the cluster ``cluster_id`` (None: the default) from ``since_ms`` (epoch
+    milliseconds) to its current end and return, for each replay id of ``wanted`` found in an
+    ``x-streamforge-replay-id`` header, the (partition, offset) of its record. Stops early once all are
+    found, or after 60 seconds; a missing topic finds nothing. Raises ValueError when the cluster's password
+    cannot be read."""
+    consumer = Consumer(
+        consumer_config(connection_of(cluster_id), group_id=f"streamforge-resolve-{uuid.uuid4()}")
+    )
     found: dict[str, tuple[int, int]] = {}
     try:
         metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)

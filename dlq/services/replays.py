@@ -58,7 +58,13 @@ def replay_record(
         (c.H_REPLAYED_BY, actor_name.encode()),
     ]
     key = bytes(dead_letter.key) if dead_letter.key is not None else None
-    return OutgoingRecord(topic=replay.target_topic, key=key, value=value, headers=sent_headers)
+    return OutgoingRecord(
+        topic=replay.target_topic,
+        key=key,
+        value=value,
+        headers=sent_headers,
+        cluster_id=dead_letter.cluster_id,  # replayed on the cluster it was read from
+    )
 
 
 def allowed_targets(dead_letter: DeadLetter) -> set[str]:
@@ -274,13 +280,13 @@ def resolve_in_doubt(
     )
     if bulk is not None:
         pending = pending.filter(bulk=bulk)
-    by_topic: dict[str, list[Replay]] = {}
+    by_topic: dict[tuple[int | None, str], list[Replay]] = {}
     for attempt in pending:
-        by_topic.setdefault(attempt.target_topic, []).append(attempt)
+        by_topic.setdefault((attempt.dead_letter.cluster_id, attempt.target_topic), []).append(attempt)
     counts = SettledReplays(produced=0, failed=0)
-    for topic, attempts in by_topic.items():
+    for (cluster_id, topic), attempts in by_topic.items():
         since_ms = int(min(a.requested_at for a in attempts).timestamp() * 1000) - 5000
-        landed = kafka_io.find_replay_ids(topic, {str(a.replay_id) for a in attempts}, since_ms)
+        landed = kafka_io.find_replay_ids(topic, {str(a.replay_id) for a in attempts}, since_ms, cluster_id)
         done = []
         for attempt in attempts:
             where = landed.get(str(attempt.replay_id))

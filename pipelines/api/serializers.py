@@ -12,7 +12,7 @@ from rest_framework import serializers
 
 from access.models import Team
 from pipelines.dsl import ErrorHandling
-from pipelines.models import Pipeline, PipelineRun
+from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster, Pipeline, PipelineRun
 from pipelines.progress import (
     BatchFigures,
     ConsumerGroupLag,
@@ -169,6 +169,7 @@ class PipelineSerializer(serializers.ModelSerializer[Pipeline]):
     that is active (or the last one)."""
 
     team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cluster = serializers.SerializerMethodField(help_text="the Kafka cluster it runs on (default: KAFKA_*)")
     revision = serializers.IntegerField(source="current_revision.number", read_only=True, allow_null=True)
     spec = StoredSpecField(source="current_revision.spec", read_only=True, allow_null=True)
     current_run = serializers.SerializerMethodField()
@@ -176,10 +177,13 @@ class PipelineSerializer(serializers.ModelSerializer[Pipeline]):
     class Meta:
         model = Pipeline
         fields = [
-            "name", "description", "team", "desired_state", "state", "state_reason", "consecutive_failures",
+            "name", "description", "team", "cluster", "desired_state", "state", "state_reason", "consecutive_failures",
             "next_restart_at", "revision", "spec", "current_run", "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
+
+    def get_cluster(self, pipeline: Pipeline) -> str:
+        return pipeline.cluster.name if pipeline.cluster is not None else DEFAULT_CLUSTER_NAME
 
     @extend_schema_field(RunSerializer(allow_null=True))
     def get_current_run(self, pipeline: Pipeline) -> dict[str, Any] | None:
@@ -195,7 +199,20 @@ class PipelineCreateSerializer(serializers.Serializer[dict[str, Any]]):
         slug_field="name", queryset=Team.objects.all()
     )
     description = serializers.CharField(required=False, allow_blank=True, default="")
+    cluster = serializers.CharField(
+        required=False,
+        default=DEFAULT_CLUSTER_NAME,
+        help_text="the Kafka cluster's name (default: the installation's); fixed for the pipeline's life",
+    )
     spec = serializers.JSONField()
+
+    def validate_cluster(self, value: str) -> KafkaCluster | None:
+        if value == DEFAULT_CLUSTER_NAME:
+            return None
+        cluster = KafkaCluster.objects.filter(name=value).first()
+        if cluster is None:
+            raise serializers.ValidationError(f"no Kafka cluster named {value!r}")
+        return cluster
 
     def validate_name(self, value: str) -> str:
         if Pipeline.objects.filter(name=value).exists():

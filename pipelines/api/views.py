@@ -225,7 +225,7 @@ class PipelineViewSet(viewsets.GenericViewSet[Pipeline]):
     def get_queryset(self) -> QuerySet[Pipeline]:
         return (
             Pipeline.objects.filter(team__in=visible_teams(self.request.user))
-            .select_related("team", "current_revision")
+            .select_related("team", "current_revision", "cluster")
             .order_by("name")
         )
 
@@ -252,6 +252,7 @@ class PipelineViewSet(viewsets.GenericViewSet[Pipeline]):
                 team=data["team"],
                 spec=data["spec"],
                 description=data["description"],
+                cluster=data["cluster"],
             )
         except SpecError as exc:
             return _spec_errors(exc)

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 
@@ -24,13 +25,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from access import audit
-from pipelines.connections import default_kafka
+from pipelines.clusters import connection_for
 from pipelines.models import ACTIVE_STATES, DesiredState, Pipeline, PipelineRun, PipelineState
 from pipelines.supervision.exits import _end_run
 from pipelines.supervision.processes import _alive, _children, _hostname, _signal_process
 from pipelines.supervision.status import _status
 from streamforge_core import contract as c
-from streamforge_core.kafka import admin_config, connection_environment
+from streamforge_core.kafka import KafkaConnection, admin_config, connection_environment
 
 log = logging.getLogger("pipelines.supervision")
 
@@ -48,15 +49,16 @@ def _run_dir(pipeline_name: str, run_id: uuid.UUID) -> Path:
     return _state_dir() / "runs" / pipeline_name / str(run_id)
 
 
-def driver_command(run: PipelineRun, spec_file: Path) -> list[str]:
-    """The driver's command line for ``run`` (master and jars from settings)."""
+def driver_command(run: PipelineRun, spec_file: Path, conn: KafkaConnection) -> list[str]:
+    """The driver's command line for ``run`` on ``conn``'s cluster (master and jars from settings). Only the
+    bootstrap servers of the connection appear: its credentials go in the environment (``_launch``)."""
     return [
         sys.executable, "-m", "pipelines.spark.driver",
         "--spec-file", str(spec_file),
         "--pipeline", run.pipeline.name,
         "--revision", str(run.revision.number),
         "--run-id", str(run.run_id),
-        "--bootstrap", default_kafka().bootstrap_servers,
+        "--bootstrap", conn.bootstrap_servers,
         "--redis-url", settings.REDIS_URL,
         "--checkpoint-dir", str(checkpoint_dir(run.pipeline.name)),
         "--master", settings.SPARK_MASTER,
@@ -87,7 +89,7 @@ def start_pipeline(*, pipeline_id: int, now: datetime | None = None) -> Pipeline
     a failure to ensure them or to launch the process ends the run as a failure (restarted with backoff).
     ``now`` (default: the clock) decides whether a restart backoff has passed.
     """
-    pipeline = Pipeline.objects.select_related("current_revision", "team").get(pk=pipeline_id)
+    pipeline = Pipeline.objects.select_related("current_revision", "team", "cluster").get(pk=pipeline_id)
     # The claim and the run row commit together: nobody ever sees a STARTING pipeline without its run.
     with transaction.atomic():
         previous = _claim_start(pipeline, now or timezone.now())
@@ -123,7 +125,13 @@ def start_pipeline(*, pipeline_id: int, now: datetime | None = None) -> Pipeline
     pipeline.state = PipelineState.STARTING
     _status(pipeline, run)
     try:
-        _launch(run, workdir)
+        conn = connection_for(pipeline.cluster)
+    except ValueError as exc:  # an unreadable password or a broken cluster row: restarting cannot help
+        log.warning("pipeline %s cannot connect to its cluster: %s", pipeline.name, exc)
+        _end_run(run, exit_code=c.EXIT_CONFIG, error_type="Config", message=f"Kafka cluster: {exc}")
+        return run
+    try:
+        _launch(run, workdir, conn)
     except Exception as exc:
         log.exception("could not launch the driver of %s", pipeline.name)
         _end_run(run, exit_code=c.EXIT_CRASHED, error_type="Launch", message=f"could not launch: {exc}")
@@ -131,14 +139,20 @@ def start_pipeline(*, pipeline_id: int, now: datetime | None = None) -> Pipeline
     return run
 
 
-def _launch(run: PipelineRun, workdir: Path) -> None:
+def _without_kafka(environ: Mapping[str, str]) -> dict[str, str]:
+    """The worker's environment without its ``KAFKA_*`` variables: a driver gets its own cluster's settings
+    only (``connection_environment``), never the default cluster's or another cluster's password."""
+    return {name: value for name, value in environ.items() if not name.startswith("KAFKA_")}
+
+
+def _launch(run: PipelineRun, workdir: Path, conn: KafkaConnection) -> None:
     from confluent_kafka.admin import AdminClient
 
     from pipelines.spec import parse_spec
     from pipelines.topics import ensure_topics
 
     spec = parse_spec(run.revision.spec, pipeline_name=run.pipeline.name)
-    plan = ensure_topics(AdminClient(admin_config(default_kafka())), spec)
+    plan = ensure_topics(AdminClient(admin_config(conn)), spec)
     for problem in plan.problems:
         log.warning("pipeline %s: %s", run.pipeline.name, problem)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -147,10 +161,10 @@ def _launch(run: PipelineRun, workdir: Path) -> None:
     checkpoint_dir(run.pipeline.name).parent.mkdir(parents=True, exist_ok=True)
     # The connection's security settings and password go in the driver's environment (readable by its user
     # only), never in its command line, where `ps` shows them to everyone.
-    env = {**os.environ, **connection_environment(default_kafka()), "PYTHONUNBUFFERED": "1"}
+    env = {**_without_kafka(os.environ), **connection_environment(conn), "PYTHONUNBUFFERED": "1"}
     with Path(run.log_path).open("ab") as log_file:
         process = subprocess.Popen(
-            driver_command(run, spec_file),
+            driver_command(run, spec_file, conn),
             cwd=settings.BASE_DIR,
             env=env,
             stdin=subprocess.DEVNULL,

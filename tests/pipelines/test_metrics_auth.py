@@ -39,7 +39,9 @@ def test_metrics_without_a_token_configured_are_for_signed_in_admins_only(secret
     admin.force_login(member(team, Role.ADMIN, username="adele"))
     ok = admin.get("/metrics")
     assert ok.status_code == 200
-    assert b'streamforge_messages_consumed_total{pipeline="payroll-export"} 7.0' in ok.content
+    assert (
+        b'streamforge_messages_consumed_total{cluster="default",pipeline="payroll-export"} 7.0' in ok.content
+    )
 
 
 def test_metrics_with_a_token_configured_need_that_bearer_token(secret_pipeline, settings, admin_user):

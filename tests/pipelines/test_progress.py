@@ -172,13 +172,13 @@ def test_metrics_exposes_the_spec_names_labelled_by_pipeline(group, run, admin_c
     text = admin_client.get("/metrics").content.decode()
     name = run.pipeline.name
     for line in (
-        f'streamforge_messages_consumed_total{{pipeline="{name}"}} 200.0',
-        f'streamforge_messages_produced_total{{pipeline="{name}"}} 187.0',
-        f'streamforge_commits_total{{pipeline="{name}",result="success"}} 1.0',
-        f'streamforge_commits_total{{pipeline="{name}",result="failure"}} 1.0',
-        f'streamforge_retries_total{{pipeline="{name}"}} 4.0',
-        f'streamforge_dlq_messages_total{{pipeline="{name}"}} 3.0',
-        f'streamforge_consumer_lag{{partition="0",pipeline="{name}",topic="github.events"}} 50.0',
+        f'streamforge_messages_consumed_total{{cluster="default",pipeline="{name}"}} 200.0',
+        f'streamforge_messages_produced_total{{cluster="default",pipeline="{name}"}} 187.0',
+        f'streamforge_commits_total{{cluster="default",pipeline="{name}",result="success"}} 1.0',
+        f'streamforge_commits_total{{cluster="default",pipeline="{name}",result="failure"}} 1.0',
+        f'streamforge_retries_total{{cluster="default",pipeline="{name}"}} 4.0',
+        f'streamforge_dlq_messages_total{{cluster="default",pipeline="{name}"}} 3.0',
+        f'streamforge_consumer_lag{{cluster="default",partition="0",pipeline="{name}",topic="github.events"}} 50.0',
     ):
         assert line in text, line
 

@@ -9,14 +9,15 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from dlq.ingest import DEFAULT_GROUP_ID, BatchResult, Ingester
+from dlq.ingest import DEFAULT_GROUP_ID, BatchResult, ClusterIngesters
 
 log = logging.getLogger("dlq.ingest")
 
 
 class Command(BaseCommand):
     help = (
-        "Consume every pipeline's DLQ topic and the registered extra DLQ topics into the parking lot, "
+        "Consume every pipeline's DLQ topic and the registered extra DLQ topics, on every Kafka cluster, into "
+        "the parking lot, "
         "exactly one row per DLQ record; offsets are committed after the database commit."
     )
 
@@ -50,29 +51,30 @@ class Command(BaseCommand):
                     "stored %d dead letter(s) (%d already stored)", result.inserted, result.already_stored
                 )
 
-        ingester = Ingester(
+        ingesters = ClusterIngesters(
+            refresh_seconds=options["refresh"],
             group_id=options["group_id"],
             instance_id=options["instance_id"],
             batch_size=options["batch_size"],
-            refresh_seconds=options["refresh"],
             on_batch=on_batch,
         )
-        ingester.install_signal_handlers()
+        ingesters.install_signal_handlers()
         idle = options["until_idle"]
-        sys.stderr.write(f"dlq-ingest ready (consumer group {options['group_id']})\n")
+        sys.stderr.write(f"dlq-ingest ready (consumer group {options['group_id']}, every Kafka cluster)\n")
         sys.stderr.flush()
         try:
-            while not ingester.stop.is_set():
-                ingester.run_once()
-                if not ingester.assigned():
+            while not ingesters.stop.is_set():
+                ingesters.refresh()  # clusters added or removed since
+                ingesters.stop.wait(min(1.0, options["refresh"]))
+                if not ingesters.assigned():
                     last_new = time.monotonic()  # idle time counts only once the group gave us partitions
                 elif idle and time.monotonic() - last_new > idle:
                     break
         finally:
-            ingester.stop.set()
-            ingester.run()  # closes the consumer (the loop exits at once: stop is set)
+            ingesters.close()
         elapsed = time.monotonic() - started
+        totals = ingesters.totals()
         self.stdout.write(
-            f"stored {ingester.totals['inserted']} dead letter(s), skipped {ingester.totals['already_stored']} "
+            f"stored {totals['inserted']} dead letter(s), skipped {totals['already_stored']} "
             f"already stored, in {elapsed:.1f} s"
         )

@@ -1,4 +1,5 @@
-"""``manage.py kafka_check``: test the installation's Kafka connection, as a pipeline's driver will use it."""
+"""``manage.py kafka_check``: test a Kafka cluster's connection (default: the installation's), as a pipeline's
+driver will use it."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from pipelines.connections import default_kafka
-from pipelines.models import Pipeline
+from pipelines.clusters import connection_for
+from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster, Pipeline
 from pipelines.spec import parse_spec
 from streamforge_core.kafka_probe import probe
 
@@ -19,26 +20,39 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--pipeline", help="check the topics of this pipeline's current revision")
+        parser.add_argument(
+            "--cluster", default=DEFAULT_CLUSTER_NAME, help="the named cluster (default: the KAFKA_* one)"
+        )
+        parser.add_argument(
+            "--pipeline", help="check the topics of this pipeline's current revision, on its cluster"
+        )
         parser.add_argument("--read", nargs="*", default=[], help="topics the principal must read")
         parser.add_argument("--write", nargs="*", default=[], help="topics the principal must write")
         parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the cluster")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            conn = default_kafka()
-        except ValueError as exc:
-            raise CommandError(str(exc)) from None
+        cluster: KafkaCluster | None = None
+        if options["cluster"] != DEFAULT_CLUSTER_NAME:
+            cluster = KafkaCluster.objects.filter(name=options["cluster"]).first()
+            if cluster is None:
+                raise CommandError(f"no Kafka cluster named {options['cluster']!r}")
         read, write = list(options["read"]), list(options["write"])
         if options["pipeline"]:
             pipeline = (
-                Pipeline.objects.filter(name=options["pipeline"]).select_related("current_revision").first()
+                Pipeline.objects.filter(name=options["pipeline"])
+                .select_related("current_revision", "cluster")
+                .first()
             )
             if pipeline is None or pipeline.current_revision is None:
                 raise CommandError(f"no pipeline {options['pipeline']!r} with a revision")
             spec = parse_spec(pipeline.current_revision.spec, pipeline_name=pipeline.name)
             read += spec.source.topics
             write += spec.output_topics()
+            cluster = pipeline.cluster
+        try:
+            conn = connection_for(cluster)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
         report = probe(conn, read=read, write=write, timeout=options["timeout"])
         self.stdout.write(f"connection: {report.connection}")
         if report.cluster_id:

@@ -1,0 +1,188 @@
+"""``/api/clusters/``: the installation's Kafka clusters (admin only), over ``pipelines.clusters``.
+
+``default`` is the cluster of the ``KAFKA_*`` environment: listed and testable, not editable here. The others
+are rows: create, change (PATCH/PUT), delete when unused, and ``POST {name}/test/`` to connect now and check
+the principal's access to the topics the cluster's pipelines name. Passwords are references
+(``env:KAFKA_<NAME>`` or ``file:<path>``); no response ever carries a password.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from access.permissions import is_admin
+from pipelines import clusters
+from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster
+from streamforge_core.kafka import SASL_MECHANISMS, SECURITY_PROTOCOLS
+
+
+class ClusterSerializer(serializers.Serializer[clusters.ClusterSettings]):
+    """A Kafka cluster as shown (``pipelines.clusters.describe``)."""
+
+    name = serializers.CharField()
+    description = serializers.CharField()
+    from_environment = serializers.BooleanField(help_text="the default cluster: set by KAFKA_* variables")
+    bootstrap_servers = serializers.CharField()
+    security_protocol = serializers.ChoiceField(SECURITY_PROTOCOLS)
+    sasl_mechanism = serializers.CharField(help_text=f"one of {', '.join(SASL_MECHANISMS)}, with SASL")
+    sasl_username = serializers.CharField()
+    password_ref = serializers.CharField(help_text="where the password is: env:KAFKA_<NAME> or file:<path>")
+    ssl_ca_location = serializers.CharField()
+    ssl_certificate_location = serializers.CharField()
+    ssl_key_location = serializers.CharField()
+    verify_hostname = serializers.BooleanField()
+    pipelines = serializers.IntegerField(help_text="pipelines running on this cluster")
+
+
+class ClusterWriteSerializer(serializers.Serializer[dict[str, Any]]):
+    """Create (``name`` required) or change a cluster. The rules that span fields (a protocol's needs,
+    references, credential directories) are ``pipelines.clusters.validate``'s, answered as field errors."""
+
+    name = serializers.CharField(max_length=63, required=False)
+    description = serializers.CharField(required=False, allow_blank=True)
+    bootstrap_servers = serializers.CharField(max_length=1000, required=False)
+    security_protocol = serializers.CharField(max_length=16, required=False)
+    sasl_mechanism = serializers.CharField(max_length=16, required=False, allow_blank=True)
+    sasl_username = serializers.CharField(max_length=255, required=False, allow_blank=True)
+    password_ref = serializers.CharField(max_length=1000, required=False, allow_blank=True)
+    ssl_ca_location = serializers.CharField(max_length=1000, required=False, allow_blank=True)
+    ssl_certificate_location = serializers.CharField(max_length=1000, required=False, allow_blank=True)
+    ssl_key_location = serializers.CharField(max_length=1000, required=False, allow_blank=True)
+    verify_hostname = serializers.BooleanField(required=False)
+
+
+class ProblemSerializer(serializers.Serializer[Any]):
+    """One problem found: ``kind`` (unreachable, tls, authentication, authorization, missing_topic), the
+    ``topic`` it is about (empty: the cluster) and the sentence to show."""
+
+    kind = serializers.CharField()
+    topic = serializers.CharField()
+    message = serializers.CharField()
+
+
+class ClusterCheckSerializer(serializers.Serializer[Any]):
+    """What ``test/`` found: ``ok``, the cluster id and broker count once it answered, per topic the
+    operations the principal may perform, the topics checked, and the problems."""
+
+    cluster = serializers.CharField()
+    ok = serializers.BooleanField(source="report.ok")
+    connection = serializers.CharField(source="report.connection")
+    cluster_id = serializers.CharField(source="report.cluster_id")
+    brokers = serializers.IntegerField(source="report.brokers")
+    operations = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()), source="report.operations"
+    )
+    read = serializers.ListField(child=serializers.CharField())
+    write = serializers.ListField(child=serializers.CharField())
+    problems = ProblemSerializer(many=True, source="report.problems")
+
+
+def _field_errors(exc: clusters.ClusterError) -> Response:
+    return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
+
+
+class ClusterViewSet(viewsets.ViewSet):
+    """``/api/clusters/``: Kafka clusters, by name. Every action needs the admin role; changes are
+    audited (``kafka_cluster.*``)."""
+
+    lookup_field = "name"
+    lookup_value_regex = r"[a-z0-9][a-z0-9-]{0,62}"
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        if not is_admin(request.user):
+            raise PermissionDenied("Kafka clusters are managed by admins")
+
+    def _row(self, name: str) -> KafkaCluster | None:
+        """The named row; None for ``default``. Raises NotFound."""
+        if name == DEFAULT_CLUSTER_NAME:
+            return None
+        row = KafkaCluster.objects.filter(name=name).first()
+        if row is None:
+            raise NotFound(f"no Kafka cluster named {name!r}")
+        return row
+
+    @extend_schema(responses={200: ClusterSerializer(many=True)})
+    def list(self, request: Request) -> Response:
+        """Every cluster: ``default`` first, then by name (an installation has a handful: not paginated)."""
+        shown = [clusters.describe(c) for c in clusters.clusters()]
+        return Response(ClusterSerializer(shown, many=True).data)  # type: ignore[arg-type]  # many=True
+
+    @extend_schema(responses={200: ClusterSerializer})
+    def retrieve(self, request: Request, name: str) -> Response:
+        """One cluster's settings."""
+        return Response(ClusterSerializer(clusters.describe(self._row(name))).data)
+
+    @extend_schema(request=ClusterWriteSerializer, responses={201: ClusterSerializer})
+    def create(self, request: Request) -> Response:
+        """Add a cluster. 400 names each field that is wrong (a password instead of a reference among them)."""
+        serializer = ClusterWriteSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        if "name" not in serializer.validated_data:
+            return Response({"name": ["This field is required."]}, status=status.HTTP_400_BAD_REQUEST)
+        try:
+            row = clusters.save_cluster(actor=request.user, values=serializer.validated_data)
+        except clusters.ClusterError as exc:
+            return _field_errors(exc)
+        return Response(ClusterSerializer(clusters.describe(row)).data, status=status.HTTP_201_CREATED)
+
+    def _change(self, request: Request, name: str) -> Response:
+        row = self._row(name)
+        if row is None:
+            return Response(
+                {"name": ["the default cluster is set by the KAFKA_* environment, not here"]},
+                status=status.HTTP_400_BAD_REQUEST,
+            )
+        serializer = ClusterWriteSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        values = dict(serializer.validated_data)
+        if values.pop("name", name) != name:
+            return Response({"name": ["a cluster's name cannot change"]}, status=status.HTTP_400_BAD_REQUEST)
+        try:
+            row = clusters.save_cluster(actor=request.user, values=values, cluster=row)
+        except clusters.ClusterError as exc:
+            return _field_errors(exc)
+        return Response(ClusterSerializer(clusters.describe(row)).data)
+
+    @extend_schema(request=ClusterWriteSerializer, responses={200: ClusterSerializer})
+    def update(self, request: Request, name: str) -> Response:
+        """Change a cluster's settings (fields not given keep their value; running pipelines pick the change
+        up at their next start)."""
+        return self._change(request, name)
+
+    @extend_schema(request=ClusterWriteSerializer, responses={200: ClusterSerializer})
+    def partial_update(self, request: Request, name: str) -> Response:
+        """Change some of a cluster's settings."""
+        return self._change(request, name)
+
+    @extend_schema(responses={204: None})
+    def destroy(self, request: Request, name: str) -> Response:
+        """Delete a cluster nothing uses (409 naming what still does)."""
+        row = self._row(name)
+        if row is None:
+            return Response(
+                {"name": ["the default cluster is set by the KAFKA_* environment, not here"]},
+                status=status.HTTP_400_BAD_REQUEST,
+            )
+        try:
+            clusters.delete_cluster(actor=request.user, cluster=row)
+        except clusters.ClusterInUse as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=None, responses={200: ClusterCheckSerializer})
+    @action(detail=True, methods=["post"])
+    def test(self, request: Request, name: str) -> Response:
+        """Connect now: cluster id, broker count, and whether the principal may read and write the topics
+        the cluster's pipelines name; each failure named (unreachable, TLS and why, authentication, not
+        authorized to X on topic Y). 200 whatever it finds: ``ok`` says."""
+        checked = clusters.check_cluster(actor=request.user, cluster=self._row(name))
+        return Response(ClusterCheckSerializer(checked).data)
