@@ -144,7 +144,7 @@ def committed_offsets(group: str, topic: str) -> list[int]:
 def prometheus_lag(pipeline: str, token: str) -> dict[str, float]:
     text = Client(headers={"authorization": f"Bearer {token}"}).get("/metrics").content.decode()
     pattern = re.compile(
-        r'streamforge_consumer_lag\{partition="(\d+)",pipeline="'
+        r'streamforge_consumer_lag\{cluster="default",partition="(\d+)",pipeline="'
         + re.escape(pipeline)
         + r'",topic="[^"]+"\} (\S+)'
     )
