@@ -13,6 +13,7 @@ from django.db.models import Q, QuerySet
 from django.utils.dateparse import parse_datetime
 
 from dlq.models import DeadLetter, Status
+from pipelines.models import DEFAULT_CLUSTER_NAME
 
 
 class FilterError(ValueError):
@@ -40,6 +41,7 @@ class MessageFilter:
     since: str = ""
     until: str = ""
     q: str = ""
+    cluster: str = ""
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> MessageFilter:
@@ -97,6 +99,10 @@ class MessageFilter:
             qs = qs.filter(status=self.status)
         if self.topic:
             qs = qs.filter(dlq_topic=self.topic)
+        if self.cluster == DEFAULT_CLUSTER_NAME:
+            qs = qs.filter(cluster__isnull=True)
+        elif self.cluster:
+            qs = qs.filter(cluster__name=self.cluster)
         if self.since:
             qs = qs.filter(last_failed_at__gte=_when(self.since))
         if self.until:

@@ -25,7 +25,7 @@ from dlq.models import (
 #: Time-range presets of the list and bulk forms (``range=24h``), newest failures within that long.
 RANGES = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
 #: Query-string fields of the message filter form, in form order.
-FILTER_FIELDS = ("pipeline", "error_type", "group", "status", "range", "since", "until", "q")
+FILTER_FIELDS = ("pipeline", "error_type", "group", "status", "range", "since", "until", "q", "cluster")
 
 
 # ------------------------------------------------------------------------------------------ roles
@@ -106,6 +106,7 @@ def list_query(params: Mapping[str, str], *, now: datetime | None = None) -> Lis
         "since": _utc_iso(form["since"]),
         "until": _utc_iso(form["until"]),
         "q": form["q"],
+        "cluster": form["cluster"],
     }
     errors: dict[str, str] = {}
     if form["range"]:

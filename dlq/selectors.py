@@ -30,6 +30,7 @@ from dlq.models import (
     RunbookAction,
     Status,
 )
+from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster
 
 LIST_PAGE_SIZE = 50
 
@@ -67,11 +68,14 @@ def status_counts(user: AnyUser, selection: MessageFilter) -> dict[str, int]:
 
 
 def filter_choices(user: AnyUser) -> dict[str, list[str]]:
-    """Pipeline names and error types for the filter form's menus, from the (small) failure-group table."""
+    """Pipeline names and error types for the filter form's menus, from the (small) failure-group table, and
+    the Kafka clusters' names when there is more than the default one."""
     groups = FailureGroup.objects.filter(team__in=visible_teams(user)).order_by()
+    named = list(KafkaCluster.objects.order_by("name").values_list("name", flat=True))
     return {
         "pipelines": sorted(set(groups.exclude(pipeline_name="").values_list("pipeline_name", flat=True))),
         "error_types": sorted(set(groups.values_list("error_type", flat=True))),
+        "clusters": [DEFAULT_CLUSTER_NAME, *named] if named else [],
     }
 
 

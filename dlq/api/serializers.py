@@ -321,6 +321,7 @@ class BulkFiltersSerializer(serializers.Serializer[dict[str, Any]]):
     since = serializers.CharField(required=False, help_text="ISO-8601; last failure at or after")
     until = serializers.CharField(required=False, help_text="ISO-8601; last failure before")
     q = serializers.CharField(required=False, help_text="key prefix or error message substring")
+    cluster = serializers.CharField(required=False, help_text="Kafka cluster name")
 
 
 @extend_schema_field(BulkFiltersSerializer)

@@ -90,6 +90,7 @@ _FILTER_PARAMS = [
     OpenApiParameter("group", int, description="failure group id"),
     OpenApiParameter("status", str, enum=Status.values),
     OpenApiParameter("topic", str, description="DLQ topic"),
+    OpenApiParameter("cluster", str, description="Kafka cluster name (default: the installation's)"),
     OpenApiParameter("since", str, description="ISO-8601; last failure at or after"),
     OpenApiParameter("until", str, description="ISO-8601; last failure before"),
     OpenApiParameter("q", str, description="key prefix or error message substring"),

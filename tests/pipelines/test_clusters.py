@@ -15,13 +15,17 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from access.models import AuditEvent, Role
+from dlq.ingest import dlq_topics, store_batch
+from dlq.models import FailureGroup
 from dlq.services.admin import register_topic
 from dlq.services.errors import InvalidRequest
 from pipelines import clusters, supervision
 from pipelines.models import KafkaCluster, Pipeline, PipelineRun, PipelineState
 from pipelines.services import create_pipeline, delete_pipeline
 from pipelines.spec import SpecError
+from streamforge_core.kafka import Record
 from streamforge_web.health import readiness
+from tests.dlq.conftest import dlq_headers
 from tests.factories import TeamFactory, member
 
 pytestmark = pytest.mark.django_db
@@ -300,3 +304,46 @@ def test_the_command_adds_lists_and_removes_clusters_as_a_named_admin(admin):
     assert actions == ["kafka_cluster.create", "kafka_cluster.delete"]
     assert json.dumps(list(AuditEvent.objects.values("details")), default=str).count("hunter2") == 0
     assert os.environ.get("KAFKA_NEVER_SET") is None
+
+
+def test_dead_letters_of_two_clusters_share_one_console_and_filter_by_cluster(admin):
+    """One topic name on two clusters is two topics: their records are two rows, two failure groups, and the
+    console's cluster filter tells them apart (the real-broker version: test_named_cluster.py)."""
+    team = admin.memberships.first().team
+    east = clusters.save_cluster(actor=admin, values=_sasl(name="east"))
+    spec = {
+        "source": {"topics": ["orders"]},
+        "destinations": [{"name": "all", "topic": "orders-out"}],
+        "dlq": {"topic": "orders-dlq"},
+    }
+    here = create_pipeline(actor=admin, name="orders", team=team, spec=spec)
+    there = create_pipeline(actor=admin, name="orders-east", team=team, spec=spec, cluster=east)
+    for pipeline, cluster_id in ((here, None), (there, east.pk)):
+        record = Record(
+            topic="orders-dlq",
+            partition=0,
+            offset=7,
+            key=b"k",
+            value=b"{}",
+            headers=dlq_headers(pipeline, error_type="Deserialization", message="bad", source_offset=7),
+            timestamp_ms=None,
+            topic_id=f"id-{pipeline.name}",
+        )
+        assert store_batch([record], dlq_topics(cluster_id), cluster_id).inserted == 1
+    api = APIClient()
+    api.force_authenticate(admin)
+    everything = api.get("/api/dlq/messages/").json()["results"]
+    assert sorted((m["cluster"], m["pipeline"]) for m in everything) == [
+        ("default", "orders"),
+        ("east", "orders-east"),
+    ]
+    assert [m["cluster"] for m in api.get("/api/dlq/messages/?cluster=east").json()["results"]] == ["east"]
+    assert [m["pipeline"] for m in api.get("/api/dlq/messages/?cluster=default").json()["results"]] == [
+        "orders"
+    ]
+    assert FailureGroup.objects.count() == 2
+    page = Client()
+    page.force_login(admin)
+    listed = page.get("/dlq/?cluster=east")
+    assert listed.status_code == 200
+    assert b'<option value="east" selected>' in listed.content
