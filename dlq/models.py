@@ -458,3 +458,53 @@ class Runbook(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+
+class RetentionPolicy(models.Model):
+    """How long closed dead letters of a team, or of one of its pipelines, are kept (``dlq.services.retention``).
+
+    REPLAYED and SKIPPED rows are purged ``closed_days`` after they were closed (0: never); DELETED rows (payload
+    already erased by an approved delete) at the next run when ``purge_deleted``. PARKED and REPLAYING rows are
+    work, never purged. A pipeline's policy beats its team's; without either, ``STREAMFORGE_DLQ_RETENTION_DAYS``
+    applies. The audit log keeps every event of a purged row.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    closed_days = models.PositiveIntegerField(
+        help_text="days a replayed or skipped dead letter is kept; 0: forever"
+    )
+    purge_deleted = models.BooleanField(default=True, help_text="purge approved deletes at the next run")
+    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["team", "pipeline"], name="one_policy_per_team_pipeline"),
+            models.UniqueConstraint(
+                fields=["team"], condition=models.Q(pipeline__isnull=True), name="one_team_policy"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}/{self.pipeline_id or '*'}: {self.closed_days} d"
+
+
+class RetentionRun(models.Model):
+    """One run of the retention purge: when, how long, and how many rows of each status it purged."""
+
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    purged = models.JSONField(default=dict, help_text="{status: rows purged}")
+    total = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-started_at"]
+
+    def __str__(self) -> str:
+        return f"retention {self.started_at:%Y-%m-%d %H:%M}: {self.total} purged"
+
+    @property
+    def seconds(self) -> float:
+        """How long the run took."""
+        return round((self.finished_at - self.started_at).total_seconds(), 1)

@@ -33,3 +33,10 @@ def resume_stale_bulks() -> list[int]:
 def resolve_in_doubt() -> services.SettledReplays:
     """Settle single replays left PENDING by a crashed web or worker process."""
     return services.resolve_in_doubt()
+
+
+@shared_task(name="dlq.apply_retention")
+def apply_retention() -> dict[str, Any]:
+    """Purge closed dead letters past their retention (hourly)."""
+    run = services.apply_retention()
+    return {"run": run.pk, "purged": run.purged, "total": run.total}

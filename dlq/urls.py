@@ -10,4 +10,5 @@ urlpatterns: list[URLPattern] = [
     path("groups/", views.group_list, name="dlq-groups"),
     path("bulk/", views.bulk, name="dlq-bulk"),
     path("approvals/", views.approval_list, name="dlq-approvals"),
+    path("retention/", views.retention, name="dlq-retention"),
 ]

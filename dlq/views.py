@@ -11,17 +11,29 @@ Visibility before roles, as on the pipeline pages: another team's dead letter is
 
 from __future__ import annotations
 
+from django import forms
+from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET
 
-from access.models import Role
+from access.models import Role, Team
 from access.paging import parse_cursor
-from access.permissions import visible_teams
+from access.permissions import has_role, visible_teams
 from dlq import presenters, selectors, services
-from dlq.models import BulkKind, BulkState, FailureGroup, RunbookAction, Status
+from dlq.models import (
+    BulkKind,
+    BulkState,
+    FailureGroup,
+    RetentionPolicy,
+    RetentionRun,
+    RunbookAction,
+    Status,
+)
 from pipelines.diffs import diff_lines
+from pipelines.models import Pipeline
 
 #: Bulk actions in these states may still change, so the bulk page keeps polling them.
 BULK_LIVE_STATES = (BulkState.AWAITING_APPROVAL, BulkState.QUEUED, BulkState.RUNNING)
@@ -173,3 +185,59 @@ def approval_list(request: HttpRequest) -> HttpResponse:
             "decided": selectors.approvals(request.user, pending=False, limit=30),
         },
     )
+
+
+class RetentionForm(forms.Form):
+    """A team's (or one of its pipelines') retention policy."""
+
+    team = forms.ModelChoiceField(queryset=Team.objects.none(), to_field_name="name", empty_label=None)
+    pipeline = forms.CharField(required=False, help_text="empty: the whole team")
+    closed_days = forms.IntegerField(
+        min_value=0, max_value=3650, help_text="keep replayed and skipped for; 0: forever"
+    )
+    purge_deleted = forms.BooleanField(required=False, initial=True, label="purge approved deletes at once")
+
+
+@login_required
+def retention(request: HttpRequest) -> HttpResponse:
+    """``/dlq/retention/``: the policies of the caller's teams, the default, the last runs with what they
+    purged, and (team admins) a form to set a policy."""
+    user = request.user
+    teams = visible_teams(user)
+    admin_teams = [t for t in teams if has_role(user, t, Role.ADMIN)]
+    form = RetentionForm(request.POST or None)
+    team_field = form.fields["team"]
+    assert isinstance(team_field, forms.ModelChoiceField)
+    team_field.queryset = Team.objects.filter(pk__in=[t.pk for t in admin_teams])
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            data = form.cleaned_data
+            pipeline = None
+            if data["pipeline"]:
+                pipeline = Pipeline.objects.filter(name=data["pipeline"], team=data["team"]).first()
+                if pipeline is None:
+                    form.add_error("pipeline", "no such pipeline in this team")
+            if not form.errors:
+                try:
+                    services.set_policy(
+                        actor=user,  # type: ignore[arg-type]
+                        team=data["team"],
+                        pipeline=pipeline,
+                        closed_days=data["closed_days"],
+                        purge_deleted=data["purge_deleted"],
+                    )
+                except services.InvalidRequest as exc:
+                    form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+                else:
+                    messages.success(request, "Retention policy saved; the next hourly run applies it.")
+                    return redirect("dlq-retention")
+        status = 400
+    context = {
+        "section": "dlq-retention",
+        "policies": RetentionPolicy.objects.filter(team__in=teams).select_related("team", "pipeline"),
+        "default_days": settings.DLQ_RETENTION_DAYS,
+        "runs": RetentionRun.objects.all()[:20],
+        "form": form if admin_teams else None,
+    }
+    return render(request, "dlq/retention.html", context, status=status)

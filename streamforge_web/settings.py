@@ -34,6 +34,7 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | STREAMFORGE_DLQ_MASKED_HEADERS | (none) | comma-separated header names (case-insensitive) whose values are masked for viewers |
 | STREAMFORGE_DLQ_MASK_KEYS | false | true: record keys are withheld from viewers (length only), in the list and search too |
 | STREAMFORGE_DLQ_PRODUCE_TIMEOUT | 20 | seconds a replayed record may take to be acknowledged (Kafka delivery.timeout.ms) |
+| STREAMFORGE_DLQ_RETENTION_DAYS | 30 | days replayed and skipped dead letters are kept where no team or pipeline policy says otherwise (0: forever) |
 | STREAMFORGE_DLQ_BULK_APPROVAL_THRESHOLD | 1000 | bulk actions selecting more messages than this need an approver |
 | STREAMFORGE_CELERY_QUEUE | celery | the Celery queue the web process sends tasks to and workers read (tests on a shared Redis use their own) |
 | STREAMFORGE_DLQ_BULK_STALE | 60 | seconds without a bulk worker heartbeat before another takes over (keep above the produce timeout + 25) |
@@ -261,6 +262,7 @@ DLQ_MASKED_HEADERS = env_list("STREAMFORGE_DLQ_MASKED_HEADERS", [])
 DLQ_MASK_KEYS = env_bool("STREAMFORGE_DLQ_MASK_KEYS", False)
 DLQ_PRODUCE_TIMEOUT_SECONDS = env_int("STREAMFORGE_DLQ_PRODUCE_TIMEOUT", 20, minimum=1)
 DLQ_BULK_APPROVAL_THRESHOLD = env_int("STREAMFORGE_DLQ_BULK_APPROVAL_THRESHOLD", 1000, minimum=0)
+DLQ_RETENTION_DAYS = env_int("STREAMFORGE_DLQ_RETENTION_DAYS", 30, minimum=0)
 DLQ_BULK_STALE_SECONDS = env_int("STREAMFORGE_DLQ_BULK_STALE", 60, minimum=5)
 
 CELERY_BEAT_SCHEDULE = {
@@ -269,6 +271,7 @@ CELERY_BEAT_SCHEDULE = {
     "evaluate-alerts": {"task": "pipelines.evaluate_alerts", "schedule": 30.0},
     "resume-stale-bulks": {"task": "dlq.resume_stale_bulks", "schedule": 15.0},
     "resolve-in-doubt-replays": {"task": "dlq.resolve_in_doubt", "schedule": 60.0},
+    "dlq-retention": {"task": "dlq.apply_retention", "schedule": 3600.0},
 }
 
 # Throttle counters (DRF) live in Redis, so every web process counts the same requests.

@@ -589,3 +589,42 @@ class MessageInspectionSerializer(serializers.Serializer[MessageInspection]):
     replay_of = serializers.IntegerField(allow_null=True)
     later_failures = serializers.ListField(child=serializers.IntegerField())
     approvals = ApprovalSummarySerializer(many=True)
+
+
+# ------------------------------------------------------------------------------------------ retention
+
+
+class RetentionPolicySerializer(serializers.Serializer[Any]):
+    """A retention policy: the team, the pipeline (null: the whole team), how many days replayed and skipped
+    dead letters are kept (0: forever) and whether approved deletes are purged at the next run."""
+
+    team = serializers.CharField(source="team.name")
+    pipeline = serializers.CharField(source="pipeline.name", allow_null=True, default=None)
+    closed_days = serializers.IntegerField(min_value=0, max_value=3650)
+    purge_deleted = serializers.BooleanField(default=True)
+
+
+class RetentionRunSerializer(serializers.Serializer[Any]):
+    """One purge run: when, how long (seconds), rows purged in all and per status."""
+
+    started_at = serializers.DateTimeField()
+    seconds = serializers.FloatField()
+    total = serializers.IntegerField()
+    purged = serializers.DictField(child=serializers.IntegerField())
+
+
+class RetentionSerializer(serializers.Serializer[Any]):
+    """``GET /api/dlq/retention/``: the default (days), the policies of the caller's teams, the last runs."""
+
+    default_days = serializers.IntegerField()
+    policies = RetentionPolicySerializer(many=True)
+    runs = RetentionRunSerializer(many=True)
+
+
+class RetentionPolicyWriteSerializer(serializers.Serializer[dict[str, Any]]):
+    """``POST /api/dlq/retention/``: set a team's policy, or a pipeline's (by name)."""
+
+    team = serializers.CharField()
+    pipeline = serializers.CharField(required=False, allow_blank=True, default="")
+    closed_days = serializers.IntegerField(min_value=0, max_value=3650)
+    purge_deleted = serializers.BooleanField(required=False, default=True)

@@ -1,6 +1,6 @@
 """URLs of the DLQ console API (mounted under /api/dlq/)."""
 
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, path
 from rest_framework.routers import DefaultRouter
 
 from dlq.api.views import (
@@ -9,6 +9,7 @@ from dlq.api.views import (
     DeadLetterViewSet,
     DlqTopicViewSet,
     FailureGroupViewSet,
+    RetentionView,
     RunbookViewSet,
 )
 
@@ -21,4 +22,7 @@ router.register("bulk", BulkViewSet, basename="dlq-bulk")
 router.register("runbooks", RunbookViewSet, basename="dlq-runbook")
 router.register("topics", DlqTopicViewSet, basename="dlq-topic")
 
-urlpatterns: list[URLPattern | URLResolver] = [*router.urls]
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("retention/", RetentionView.as_view(), name="dlq-retention-api"),
+    *router.urls,
+]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Count, Q, QuerySet
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -20,6 +21,7 @@ from rest_framework.decorators import action
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from access.models import Role, Team
 from access.permissions import require_role, visible_teams
@@ -42,6 +44,9 @@ from dlq.api.serializers import (
     ReasonSerializer,
     ReplayResultSerializer,
     ReplaySerializer,
+    RetentionPolicySerializer,
+    RetentionPolicyWriteSerializer,
+    RetentionSerializer,
     RunbookSerializer,
     RunbookWriteSerializer,
 )
@@ -53,6 +58,8 @@ from dlq.models import (
     DlqTopic,
     FailureGroup,
     GroupHourlyCount,
+    RetentionPolicy,
+    RetentionRun,
     Runbook,
     Status,
 )
@@ -468,3 +475,44 @@ class DlqTopicViewSet(ServiceErrorsMixin, mixins.CreateModelMixin, viewsets.Read
             cluster=cluster,
         )
         return Response(DlqTopicSerializer(row).data, status=status.HTTP_201_CREATED)
+
+
+class RetentionView(ServiceErrorsMixin, APIView):
+    """``/api/dlq/retention/``: how long closed dead letters are kept. GET: any signed-in user (their teams'
+    policies); POST: set a policy (admin of the team), audited."""
+
+    @extend_schema(responses={200: RetentionSerializer})
+    def get(self, request: Request) -> Response:
+        """The default, the policies of the caller's teams and the last 20 runs."""
+        teams = visible_teams(request.user)
+        body = {
+            "default_days": settings.DLQ_RETENTION_DAYS,
+            "policies": RetentionPolicy.objects.filter(team__in=teams).select_related("team", "pipeline"),
+            "runs": RetentionRun.objects.all()[:20],
+        }
+        return Response(RetentionSerializer(body).data)
+
+    @extend_schema(request=RetentionPolicyWriteSerializer, responses={200: RetentionPolicySerializer})
+    def post(self, request: Request) -> Response:
+        """Create or change a policy; 400 names the field (unknown team or pipeline, days out of range)."""
+        serializer = RetentionPolicyWriteSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        team = visible_teams(request.user).filter(name=data["team"]).first()
+        if team is None:
+            return Response({"team": ["no such team among yours"]}, status=status.HTTP_400_BAD_REQUEST)
+        pipeline = None
+        if data["pipeline"]:
+            pipeline = Pipeline.objects.filter(name=data["pipeline"], team=team).first()
+            if pipeline is None:
+                return Response(
+                    {"pipeline": ["no such pipeline in this team"]}, status=status.HTTP_400_BAD_REQUEST
+                )
+        policy = services.set_policy(
+            actor=request.user,  # type: ignore[arg-type]
+            team=team,
+            pipeline=pipeline,
+            closed_days=data["closed_days"],
+            purge_deleted=data["purge_deleted"],
+        )
+        return Response(RetentionPolicySerializer(policy).data)

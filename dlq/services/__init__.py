@@ -17,6 +17,7 @@ One module per workflow; this package re-exports their public names, so ``servic
 - ``bulk``: bulk replay and skip, their preview, pause / resume / cancel, and the runner; their life
   cycle is one table of transitions (``BULK_TRANSITIONS``);
 - ``admin``: extra DLQ topics and runbooks;
+- ``retention``: retention policies and the purge of closed dead letters;
 - ``notify``: after-commit notifications of the console pages;
 - ``errors``: InvalidRequest (400), Conflict (409), ReplayFailed (503).
 """
@@ -75,6 +76,7 @@ from dlq.services.rendering import (
     withheld_payload,
 )
 from dlq.services.replays import SettledReplays, allowed_targets, replay, resolve_in_doubt, skip
+from dlq.services.retention import apply_retention, set_policy
 
 __all__ = [
     "BULK_RUNNABLE",
@@ -102,6 +104,7 @@ __all__ = [
     "SettledReplays",
     "SourceCoordinates",
     "allowed_targets",
+    "apply_retention",
     "approve",
     "cancel_bulk",
     "check_draft",
@@ -130,6 +133,7 @@ __all__ = [
     "run_bulk",
     "runbooks_for",
     "save_runbook",
+    "set_policy",
     "skip",
     "stale_bulk_ids",
     "visible_dead_letters",
