@@ -218,7 +218,8 @@ def pending_approval_count(user: AnyUser) -> int:
 
 
 def parked_backlog(pipeline_ids: list[int]) -> dict[int, int]:
-    """Parked dead letters per pipeline id (one grouped query, served by the pipeline/status index)."""
+    """Parked dead letters per pipeline id (one grouped query, served by the partial index of parked rows
+    per pipeline, ``dl_parked_pipeline``)."""
     rows = (
         DeadLetter.objects.filter(pipeline_id__in=pipeline_ids, status=Status.PARKED)
         .order_by()
