@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Q, QuerySet
+from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -63,6 +63,7 @@ from dlq.models import (
     Runbook,
     Status,
 )
+from dlq.selectors import with_parked_counts
 from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster, Pipeline
 
 
@@ -274,9 +275,7 @@ class FailureGroupViewSet(viewsets.ReadOnlyModelViewSet[FailureGroup]):
     serializer_class = FailureGroupSerializer
 
     def get_queryset(self) -> QuerySet[FailureGroup]:
-        qs = FailureGroup.objects.filter(team__in=visible_teams(self.request.user)).annotate(
-            parked=Count("dead_letters", filter=Q(dead_letters__status=Status.PARKED))
-        )
+        qs = with_parked_counts(FailureGroup.objects.filter(team__in=visible_teams(self.request.user)))
         params = self.request.query_params
         if params.get("pipeline"):
             qs = qs.filter(pipeline_name=params["pipeline"])

@@ -24,7 +24,6 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db.models import Count, Q
 
 from access.audit import verify_chain
 from dlq import services
@@ -36,6 +35,7 @@ from dlq.api.serializers import (
 )
 from dlq.filters import FilterError, MessageFilter
 from dlq.models import ApprovalRequest, BulkAction, DeadLetter, FailureGroup, Status
+from dlq.selectors import with_parked_counts
 
 
 def _user(name: str | None) -> User:
@@ -238,9 +238,7 @@ class Command(BaseCommand):
                 ).data
             )
         elif command == "groups":
-            groups = FailureGroup.objects.annotate(
-                parked=Count("dead_letters", filter=Q(dead_letters__status=Status.PARKED))
-            ).order_by("-last_seen")[: o["limit"]]
+            groups = with_parked_counts(FailureGroup.objects.all()).order_by("-last_seen")[: o["limit"]]
             self._print(FailureGroupSerializer(groups, many=True, context={"trends": {}}).data)
         elif command == "verify-audit":
             report = verify_chain()
