@@ -31,8 +31,8 @@ from devstack.services import (
 )
 
 
-def _select(profile: Profile, names: list[str]) -> list[Service]:
-    available = services(profile)
+def _select(profile: Profile, names: list[str], *, every: bool = False) -> list[Service]:
+    available = services(profile, every=every)
     if not names:
         return available
     known = {service.name for service in available}
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             for service in _select(profile, args.services):
                 print(start(profile, service), flush=True)
         else:
-            for service in reversed(_select(profile, args.services)):
+            for service in reversed(_select(profile, args.services, every=True)):
                 print(stop(profile, service), flush=True)
     except (StackError, jars.JarFetchError, ValueError) as exc:
         print(f"devstack: {exc}", file=sys.stderr)

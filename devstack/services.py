@@ -721,11 +721,13 @@ def _dlq_ingest(profile: Profile) -> Service:
     )
 
 
-def services(profile: Profile) -> list[Service]:
+def services(profile: Profile, *, every: bool = False) -> list[Service]:
     """Every service of the stack, in start order (``down`` stops them in reverse): PostgreSQL first when the
-    stack runs its own; the web runs the migrations, so everything that uses the database starts after it."""
+    stack runs its own (or with ``every``: what ``down`` stops, so a PostgreSQL started with
+    ``STREAMFORGE_DB=postgres`` is stopped whatever that variable says now); the web runs the migrations, so
+    everything that uses the database starts after it."""
     return [
-        *([_postgres(profile)] if profile.uses_postgres else []),
+        *([_postgres(profile)] if profile.uses_postgres or every else []),
         _kafka(profile),
         *([_kafka_secure(profile)] if profile.secured_kafka else []),
         _redis(profile),
