@@ -35,7 +35,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Model
 from django.utils import timezone
 
-from access import anchor
+from access import anchor, bulk_insert
 from access.models import AuditEvent, HashScheme
 from access.permissions import AnyUser, visible_teams
 
@@ -175,7 +175,7 @@ def record_many(*, actor: User | AnonymousUser | None, entries: list[Entry]) -> 
                     )
                     event.hash = prev_hash = _event_hash(event, key)
                     events.append(event)
-                AuditEvent.objects.bulk_create(events)
+                bulk_insert.insert(AuditEvent, events, key="sequence")
                 points = [(event.sequence, event.hash) for event in events]
                 transaction.on_commit(lambda: anchor.publish(kid, points))  # noqa: B023  # returns next
                 return events

@@ -31,6 +31,7 @@ from django.db import IntegrityError, connection, models, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from access.bulk_insert import copy_rows
 from dlq import broadcast, headers
 from dlq.grouping import group_key, normalize_message
 from dlq.models import DeadLetter, DlqTopic, FailureGroup, GroupHourlyCount, Replay, ReplayState
@@ -319,32 +320,12 @@ def _insert(rows: list[DeadLetter]) -> None:
     """Insert ``rows`` and set their ids. On PostgreSQL with one COPY and one read of the new ids by their
     DLQ coordinates: a multi-row INSERT of a batch spends most of ingest's time building and escaping its
     SQL text (profiled: Django's per-value compilation and the client-side binding of ~1 KB payloads took
-    more than the database). Values go as an INSERT would send them: the ingest time stamped, JSON as
-    ``jsonb``, the rest as the row holds them (psycopg adapts them). Elsewhere (SQLite) ``bulk_create``. A row another
+    more than the database; ``access.bulk_insert``). Elsewhere (SQLite) ``bulk_create``. A row another
     ingester stored first raises IntegrityError either way (``store_batch`` retries)."""
     if connection.vendor != "postgresql":
         DeadLetter.objects.bulk_create(rows, batch_size=500)
         return
-    from psycopg.types.json import Jsonb
-
-    fields = [f for f in DeadLetter._meta.concrete_fields if not f.primary_key]
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    table = connection.ops.quote_name(DeadLetter._meta.db_table)
-    now = timezone.now()
-    # What an INSERT's field preparation would make of each value, decided once per field, not per value.
-    stamped = {
-        f.attname for f in fields if getattr(f, "auto_now_add", False) or getattr(f, "auto_now", False)
-    }
-    as_json = {f.attname for f in fields if isinstance(f, models.JSONField)}
-    names = [f.attname for f in fields]
-    with connection.cursor() as cursor, connection.wrap_database_errors:
-        raw = cursor.cursor  # psycopg's own cursor: COPY
-        with raw.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:  # names from the model, not input
-            for row in rows:
-                for name in stamped:
-                    setattr(row, name, now)
-                values = row.__dict__
-                copy.write_row([Jsonb(values[n]) if n in as_json else values[n] for n in names])
+    copy_rows(DeadLetter, rows)
     ids = {
         (topic, topic_id, partition, offset): pk
         for pk, topic, topic_id, partition, offset in _stored_rows(

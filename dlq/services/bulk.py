@@ -34,7 +34,7 @@ from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from access import audit
+from access import audit, bulk_insert
 from access.models import Role, Team
 from access.permissions import AnyUser, is_admin, require_role
 from dlq.filters import MessageFilter
@@ -439,7 +439,7 @@ def run_bulk(*, bulk_id: int, chunk_size: int | None = None) -> BulkAction:
         resolve_in_doubt(older_than_seconds=0, bulk=bulk)
     selection = MessageFilter.from_mapping(bulk.filters)
     rate = bulk.rate_limit
-    size = chunk_size or (max(1, min(200, rate // 5)) if rate else 200)
+    size = chunk_size or (max(1, min(200, rate // 5)) if rate else 1000)
     started, done_this_run = time.monotonic(), 0
     while True:
         current = BulkAction.objects.filter(pk=bulk.pk).values_list("state", "worker").get()
@@ -509,12 +509,12 @@ def _refuse_unapproved(bulk_id: int) -> None:
 def _claim(ids: Sequence[int], to: str) -> list[DeadLetter]:
     """Move the still-parked ones of ``ids`` to ``to``; returns those (locked rows on PostgreSQL; SQLite
     serialises writers, so the select and the update see the same rows)."""
+    # No join: the owning pipeline's spec (the replay targets it allows) is read once per pipeline and chunk
+    # by _refused_target, not copied into every row (profiled: decoding it per row was most of the claim).
     rows = list(
-        # of=self: lock the dead letters, not the pipelines joined in for the check (a nullable outer join,
-        # on which PostgreSQL refuses FOR UPDATE; and other chunks must not queue behind a pipeline row).
-        DeadLetter.objects.select_for_update(skip_locked=True, of=("self",))
-        .filter(pk__in=ids, status=Status.PARKED)
-        .select_related("pipeline__current_revision")
+        DeadLetter.objects.select_for_update(skip_locked=True, of=("self",)).filter(
+            pk__in=ids, status=Status.PARKED
+        )
     )
     DeadLetter.objects.filter(pk__in=[r.pk for r in rows], status=Status.PARKED).update(
         status=to, status_changed_at=timezone.now()
@@ -535,18 +535,17 @@ def _bulk_replay_chunk(bulk: BulkAction, ids: Sequence[int]) -> tuple[int, int, 
     with transaction.atomic():
         rows = _claim(ids, Status.REPLAYING)
         latest = _latest_payloads([r.pk for r in rows])
-        attempts = Replay.objects.bulk_create(
-            [
-                Replay(
-                    dead_letter=row,
-                    payload_revision=latest.get(row.pk),
-                    bulk=bulk,
-                    target_topic=bulk.target_topic or row.source_topic,
-                    requested_by=actor,
-                )
-                for row in rows
-            ]
-        )
+        attempts = [
+            Replay(
+                dead_letter=row,
+                payload_revision=latest.get(row.pk),
+                bulk=bulk,
+                target_topic=bulk.target_topic or row.source_topic,
+                requested_by=actor,
+            )
+            for row in rows
+        ]
+        bulk_insert.insert(Replay, attempts, key="replay_id")
     outs = []
     done: list[Answered] = []
     admin = is_admin(actor)

@@ -179,6 +179,42 @@ def replay(
     return attempt
 
 
+def _record_answers(attempts: Sequence[Replay]) -> None:
+    """Store each attempt's state, error, finish time and landing place, leaving FAILED_AGAIN alone.
+    PostgreSQL: one UPDATE joined to a VALUES list of every attempt; elsewhere one parameterized statement
+    per row in a single executemany. (Django's bulk_update builds a CASE per field and row, and even the
+    executemany cost more than the produce itself at bulk sizes: profiled with bench.dlq_measure.)"""
+    table = Replay._meta.db_table
+    keep = ReplayState.FAILED_AGAIN
+    rows = [
+        (
+            a.state,
+            a.error,
+            connection.ops.adapt_datetimefield_value(a.finished_at),
+            a.produced_partition,
+            a.produced_offset,
+            a.pk,
+        )
+        for a in attempts
+    ]
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql" and rows:
+            values = ", ".join(["(%s, %s, %s::timestamptz, %s::integer, %s::bigint, %s::bigint)"] * len(rows))
+            cursor.execute(
+                f"UPDATE {table} AS r SET state = CASE WHEN r.state = %s THEN r.state ELSE v.state END, "  # noqa: S608  # table name is ours
+                "error = v.error, finished_at = v.finished_at, produced_partition = v.partition, "
+                f"produced_offset = v.offset_ FROM (VALUES {values}) "
+                "AS v(state, error, finished_at, partition, offset_, id) WHERE r.id = v.id",
+                [keep, *(value for row in rows for value in row)],
+            )
+        else:
+            cursor.executemany(
+                f"UPDATE {table} SET state = CASE WHEN state = %s THEN state ELSE %s END, "  # noqa: S608  # table name is ours
+                "error = %s, finished_at = %s, produced_partition = %s, produced_offset = %s WHERE id = %s",
+                [(keep, *row) for row in rows],
+            )
+
+
 def finish_replays(
     done: Sequence[Answered],
     *,
@@ -202,27 +238,9 @@ def finish_replays(
     by_actor: dict[int, list[audit.Entry]] = {}
     actors: dict[int, User] = {}
     with transaction.atomic():
-        # One parameterized statement per row in a single executemany: Django's bulk_update builds a CASE
-        # expression per field and row, which cost more than the produce itself at bulk sizes.
         # FAILED_AGAIN stays: the replayed record can pass through the pipeline, fail again and be ingested
         # (``ingest._link_replays``) before this transaction commits, and that outcome is the newer one.
-        with connection.cursor() as cursor:
-            cursor.executemany(
-                f"UPDATE {Replay._meta.db_table} SET state = CASE WHEN state = %s THEN state ELSE %s END, "  # noqa: S608  # table name is ours
-                "error = %s, finished_at = %s, produced_partition = %s, produced_offset = %s WHERE id = %s",
-                [
-                    (
-                        ReplayState.FAILED_AGAIN,
-                        a.state,
-                        a.error,
-                        connection.ops.adapt_datetimefield_value(a.finished_at),
-                        a.produced_partition,
-                        a.produced_offset,
-                        a.pk,
-                    )
-                    for _d, a, _o in done
-                ],
-            )
+        _record_answers([a for _d, a, _o in done])
         DeadLetter.objects.filter(pk__in=[d.pk for d, _a, _o in produced], status=Status.REPLAYING).update(
             status=Status.REPLAYED, status_changed_at=now
         )
