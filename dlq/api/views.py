@@ -82,6 +82,20 @@ class ServiceErrorsMixin:
         return super().handle_exception(exc)  # type: ignore[misc, no-any-return]
 
 
+def _team_and_pipeline(request: Request, team_name: str, pipeline_name: str) -> tuple[Team, Pipeline | None]:
+    """The caller's team named ``team_name`` and its pipeline ``pipeline_name`` (None when empty). Raises
+    InvalidRequest naming the field when either is not found (a 400)."""
+    team = visible_teams(request.user).filter(name=team_name).first()
+    if team is None:
+        raise services.InvalidRequest("team", "no such team among yours")
+    if not pipeline_name:
+        return team, None
+    pipeline = Pipeline.objects.filter(name=pipeline_name, team=team).first()
+    if pipeline is None:
+        raise services.InvalidRequest("pipeline", "no such pipeline in this team")
+    return team, pipeline
+
+
 class NewestFirst(CursorPagination):
     """Keyset pagination on id, newest first: stable while dead letters keep arriving, and fast at any
     depth (no OFFSET). ``page_size`` up to 200."""
@@ -449,17 +463,8 @@ class DlqTopicViewSet(ServiceErrorsMixin, mixins.CreateModelMixin, viewsets.Read
         serializer = DlqTopicCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        team = visible_teams(request.user).filter(name=data["team"]).first()
-        if team is None:
-            return Response({"team": ["no such team among yours"]}, status=status.HTTP_400_BAD_REQUEST)
+        team, pipeline = _team_and_pipeline(request, data["team"], data["pipeline"])
         require_role(request.user, team, Role.ADMIN)
-        pipeline = None
-        if data["pipeline"]:
-            pipeline = Pipeline.objects.filter(name=data["pipeline"], team=team).first()
-            if pipeline is None:
-                return Response(
-                    {"pipeline": ["no such pipeline in this team"]}, status=status.HTTP_400_BAD_REQUEST
-                )
         cluster = None
         if data["cluster"] != DEFAULT_CLUSTER_NAME:
             cluster = KafkaCluster.objects.filter(name=data["cluster"]).first()
@@ -497,16 +502,7 @@ class RetentionView(ServiceErrorsMixin, APIView):
         serializer = RetentionPolicyWriteSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        team = visible_teams(request.user).filter(name=data["team"]).first()
-        if team is None:
-            return Response({"team": ["no such team among yours"]}, status=status.HTTP_400_BAD_REQUEST)
-        pipeline = None
-        if data["pipeline"]:
-            pipeline = Pipeline.objects.filter(name=data["pipeline"], team=team).first()
-            if pipeline is None:
-                return Response(
-                    {"pipeline": ["no such pipeline in this team"]}, status=status.HTTP_400_BAD_REQUEST
-                )
+        team, pipeline = _team_and_pipeline(request, data["team"], data["pipeline"])
         policy = services.set_policy(
             actor=request.user,  # type: ignore[arg-type]
             team=team,

@@ -5,12 +5,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
 from pipelines.clusters import connection_for
 from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster, Pipeline
 from pipelines.spec import parse_spec
-from streamforge_core.kafka_probe import probe
+from streamforge_core.kafka_probe import ProbeReport, probe
+
+
+def write_report(out: OutputWrapper, report: ProbeReport) -> None:
+    """Print what a connection test found: the connection, the cluster id and broker count, each topic's
+    allowed operations, then "ok"; raises CommandError listing the problems (a non-zero exit)."""
+    out.write(f"connection: {report.connection}")
+    if report.cluster_id:
+        out.write(f"cluster {report.cluster_id}: {report.brokers} broker(s)")
+    for topic, operations in sorted(report.operations.items()):
+        out.write(f"  {topic}: {', '.join(operations) or 'no operations reported'}")
+    if report.problems:
+        raise CommandError("\n".join(f"{p.kind}: {p.message}" for p in report.problems))
+    out.write("ok")
 
 
 class Command(BaseCommand):
@@ -53,12 +66,4 @@ class Command(BaseCommand):
             conn = connection_for(cluster)
         except ValueError as exc:
             raise CommandError(str(exc)) from None
-        report = probe(conn, read=read, write=write, timeout=options["timeout"])
-        self.stdout.write(f"connection: {report.connection}")
-        if report.cluster_id:
-            self.stdout.write(f"cluster {report.cluster_id}: {report.brokers} broker(s)")
-        for topic, operations in sorted(report.operations.items()):
-            self.stdout.write(f"  {topic}: {', '.join(operations) or 'no operations reported'}")
-        if report.problems:
-            raise CommandError("\n".join(f"{p.kind}: {p.message}" for p in report.problems))
-        self.stdout.write("ok")
+        write_report(self.stdout, probe(conn, read=read, write=write, timeout=options["timeout"]))

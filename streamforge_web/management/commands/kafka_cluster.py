@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from pipelines import clusters
 from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster
+from streamforge_web.management.commands.kafka_check import write_report
 
 _SETTINGS = {
     "--description": "description",
@@ -82,15 +83,7 @@ class Command(BaseCommand):
                 actor = self._actor(options["actor"])
                 row = None if name == DEFAULT_CLUSTER_NAME else self._row(name)
                 checked = clusters.check_cluster(actor=actor, cluster=row, timeout=options["timeout"])
-                report = checked.report
-                self.stdout.write(f"connection: {report.connection}")
-                if report.cluster_id:
-                    self.stdout.write(f"cluster {report.cluster_id}: {report.brokers} broker(s)")
-                for topic, operations in sorted(report.operations.items()):
-                    self.stdout.write(f"  {topic}: {', '.join(operations) or 'no operations reported'}")
-                if report.problems:
-                    raise CommandError("\n".join(f"{p.kind}: {p.message}" for p in report.problems))
-                self.stdout.write("ok")
+                write_report(self.stdout, checked.report)
             elif verb == "add":
                 row = clusters.save_cluster(
                     actor=self._actor(options["actor"]), values={"name": name, **values}
