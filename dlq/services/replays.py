@@ -11,6 +11,7 @@ target topic for the replay id (after the producer's delivery timeout, when no r
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import TypedDict
@@ -18,6 +19,7 @@ from typing import TypedDict
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from access import audit
@@ -280,6 +282,17 @@ def finish_replays(
     return len(produced), len(failed)
 
 
+def _count_settled_in_bulks(done: Sequence[Answered]) -> None:
+    """Add the settled replays that had landed to their bulk actions' figures. The dead worker never
+    counted its last chunk; those that had not landed are PARKED again, so the bulk selects and counts
+    them when it goes on."""
+    landed = Counter(a.bulk_id for _d, a, o in done if not o.error and a.bulk_id is not None)
+    for bulk_id, n in landed.items():
+        BulkAction.objects.filter(pk=bulk_id).update(
+            processed=F("processed") + n, succeeded=F("succeeded") + n
+        )
+
+
 def resolve_in_doubt(
     *, older_than_seconds: float | None = None, bulk: BulkAction | None = None
 ) -> SettledReplays:
@@ -314,7 +327,9 @@ def resolve_in_doubt(
             else:
                 out.partition, out.offset = where
             done.append((attempt.dead_letter, attempt, out))
-        ok, failed = finish_replays(done, actor=None, reason="settled after a crash")
+        with transaction.atomic():
+            ok, failed = finish_replays(done, actor=None, reason="settled after a crash")
+            _count_settled_in_bulks(done)
         counts["produced"] += ok
         counts["failed"] += failed
     return counts
