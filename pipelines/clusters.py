@@ -81,7 +81,10 @@ def _file_problem(path: str) -> str | None:
     ``..`` and symbolic links are resolved."""
     if not path.startswith("/"):
         return "must be an absolute path"
-    real = Path(path).resolve()
+    try:
+        real = Path(path).resolve()
+    except (OSError, ValueError) as exc:  # a NUL byte, a symbolic-link loop
+        return f"is not a usable path ({exc})"
     allowed = credential_dirs()
     if not any(real == d or d in real.parents for d in allowed):
         shown = ", ".join(str(d) for d in allowed) or "none configured"

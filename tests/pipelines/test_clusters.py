@@ -97,6 +97,7 @@ def test_referenced_files_must_lie_in_a_credential_directory_even_through_dot_do
         f"file:{allowed}/../elsewhere/pw",
         "file:relative/pw",
         "file:/etc/shadow",
+        f"file:{allowed}/p\x00w",  # the manage.py and service paths have no serializer to refuse a NUL
     ):
         assert clusters.reference_problem(ref), ref
     (allowed / "link").symlink_to(outside / "pw")
