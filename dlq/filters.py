@@ -9,11 +9,18 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.utils.dateparse import parse_datetime
 
 from dlq.models import DeadLetter, Status
 from pipelines.models import DEFAULT_CLUSTER_NAME
+
+#: The annotation a key-prefix search adds on PostgreSQL: ``id + 0``, the id in a form no index orders by.
+#: Pages that find it order by it instead of ``id`` (``dlq.selectors.message_rows``, the API's cursor pages),
+#: so PostgreSQL finds the matches through the key index and sorts them, instead of walking the primary key
+#: backwards until enough keys match: keys grow with time like ids, so the walk passes every row newer than
+#: an old key first (measured: 0.4 s at 1,000,000 rows, 10 times that at 10,000,000).
+SEARCH_ORDER = "search_order"
 
 
 class FilterError(ValueError):
@@ -108,16 +115,20 @@ class MessageFilter:
         if self.until:
             qs = qs.filter(last_failed_at__lt=_when(self.until))
         if self.q:
-            qs = qs.filter(_search(self.q, key_masked_teams))
+            condition, keys_only = _search(self.q, key_masked_teams)
+            qs = qs.filter(condition)
+            if keys_only and connection.vendor == "postgresql":
+                qs = qs.annotate(**{SEARCH_ORDER: F("id") + 0})
         return qs
 
 
-def _search(text: str, key_masked_teams: Collection[int] = ()) -> Q:
+def _search(text: str, key_masked_teams: Collection[int] = ()) -> tuple[Q, bool]:
     """Key prefix OR error text, built so each side can use an index: the key side is an exact,
     case-sensitive prefix of ``key_text``, the text side matches the failure groups (a small table) and
     becomes ``group_id IN (...)``. A side that matches nothing is left out, because an OR with it would turn
     the whole search into a scan of every row (measured: 0.6 s at 1,000,000). Keys of ``key_masked_teams``
-    are not searched (their viewers may not see them)."""
+    are not searched (their viewers may not see them). Returns the condition and whether it matches keys
+    only (see ``SEARCH_ORDER``)."""
     from dlq.models import DeadLetter, FailureGroup
 
     if connection.vendor == "postgresql":
@@ -136,12 +147,12 @@ def _search(text: str, key_masked_teams: Collection[int] = ()) -> Q:
     )
     key_hits = DeadLetter.objects.filter(by_key).exists()
     if key_hits and groups:
-        return by_key | Q(group_id__in=groups)
+        return by_key | Q(group_id__in=groups), False
     if key_hits:
-        return by_key
+        return by_key, True
     if groups:
-        return Q(group_id__in=groups)
-    return Q(pk__in=[])
+        return Q(group_id__in=groups), False
+    return Q(pk__in=[]), False
 
 
 def _when(text: str) -> datetime | None:

@@ -203,10 +203,6 @@ class DeadLetter(models.Model):
             models.Index(fields=["last_failed_at", "id"], name="dl_failed_at_id"),
             models.Index(fields=["status", "status_changed_at"], name="dl_status_changed"),
             models.Index(fields=["pipeline"], name="dl_pipeline"),  # for SET_NULL when a pipeline goes
-            # The backlog counts (overview per pipeline, groups page per group) count parked rows only: partial
-            # indexes of just those rows answer them with an index-only scan instead of reading the table.
-            models.Index(fields=["pipeline"], condition=models.Q(status="parked"), name="dl_parked_pipeline"),
-            models.Index(fields=["group"], condition=models.Q(status="parked"), name="dl_parked_group"),
             # PROTECT's check when a cluster is deleted; partial: the default cluster's rows are not in it
             models.Index(fields=["cluster"], condition=models.Q(cluster__isnull=False), name="dl_cluster"),
         ]
@@ -218,6 +214,33 @@ class DeadLetter(models.Model):
     def coordinates(self) -> str:
         """``topic/partition/offset`` of the DLQ record (what ``x-streamforge-replay-of`` carries)."""
         return f"{self.dlq_topic}/{self.dlq_partition}/{self.dlq_offset}"
+
+
+class StatusCount(models.Model):
+    """A signed change in the number of dead letters per (failure group, pipeline, cluster, status): the
+    console's status counts, the groups' parked counts and the overview's backlog are sums of these rows
+    instead of counts over millions of dead letters.
+
+    Written only by database triggers on ``dlq_deadletter`` (migration 0008): every insert, delete and
+    change of one of the four columns adds rows, whichever code path (ORM, ``.update()``, COPY, retention)
+    made it, and inside the same transaction, so a rollback takes its deltas with it. PostgreSQL's triggers
+    are per statement (one grouped row per key and statement, via transition tables); SQLite's per row.
+    ``dlq.counts.compact`` folds the rows into one per key. The ids are plain columns, not foreign keys:
+    the rows must outlive what they count (a pipeline deleted, its dead letters set to NULL, adds deltas
+    for its id that sum to zero).
+    """
+
+    group_id = models.BigIntegerField()
+    pipeline_id = models.BigIntegerField(null=True)
+    cluster_id = models.BigIntegerField(null=True)
+    status = models.CharField(max_length=16)
+    n = models.BigIntegerField(help_text="dead letters added (positive) or gone (negative)")
+
+    class Meta:
+        indexes = [models.Index(fields=["group_id", "status"], name="statuscount_group_status")]
+
+    def __str__(self) -> str:
+        return f"group {self.group_id} {self.status} {self.n:+d}"
 
 
 class PayloadRevision(models.Model):

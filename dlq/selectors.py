@@ -10,16 +10,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from django.db.models import Count, Model, OuterRef, Q, QuerySet, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models import Count, Model, Q, QuerySet
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
 from access.models import AuditEvent
 from access.paging import KeysetPage, keyset_page
-from access.permissions import AnyUser, visible_teams
-from dlq import markdown, services
-from dlq.filters import MessageFilter
+from access.permissions import AnyUser, is_admin, visible_teams
+from dlq import counts, markdown, services
+from dlq.filters import SEARCH_ORDER, MessageFilter
 from dlq.models import (
     ApprovalRequest,
     ApprovalState,
@@ -48,8 +47,9 @@ def message_rows(
     may not see (``services.key_masked_teams``) is masked, and a search does not match those keys."""
     hidden = services.key_masked_teams(user)
     qs = selection.apply(services.visible_dead_letters(user), key_masked_teams=hidden)
+    order = SEARCH_ORDER if SEARCH_ORDER in qs.query.annotations else "id"
     page = keyset_page(
-        qs.defer("key", "value", "headers"), key="id", before=before, after=after, size=LIST_PAGE_SIZE
+        qs.defer("key", "value", "headers"), key=order, before=before, after=after, size=LIST_PAGE_SIZE
     )
     for row in page.rows:
         if row.team_id in hidden and row.key_text:
@@ -58,14 +58,35 @@ def message_rows(
 
 
 def status_counts(user: AnyUser, selection: MessageFilter) -> dict[str, int]:
-    """Dead letters per status under every filter but the status one (one grouped query)."""
+    """Dead letters per status under every filter but the status one. Filters a failure group determines
+    (pipeline, error type, group, DLQ topic) and the cluster are answered from the trigger-kept deltas
+    (``dlq.counts``, a millisecond at any size); a time range or a search counts the matching rows (one
+    grouped query along the filter's index)."""
+    if not (selection.since or selection.until or selection.q):
+        groups = FailureGroup.objects.all()
+        if not is_admin(user):
+            groups = groups.filter(team__in=visible_teams(user))
+        if selection.pipeline:
+            groups = groups.filter(pipeline_name=selection.pipeline)
+        if selection.error_type:
+            groups = groups.filter(error_type=selection.error_type)
+        if selection.group is not None:
+            groups = groups.filter(pk=selection.group)
+        if selection.topic:
+            groups = groups.filter(dlq_topic=selection.topic)
+        clusters: list[int | None] | None = None
+        if selection.cluster == DEFAULT_CLUSTER_NAME:
+            clusters = [None]
+        elif selection.cluster:
+            clusters = list(KafkaCluster.objects.filter(name=selection.cluster).values_list("pk", flat=True))
+        return counts.per_status(groups, cluster_ids=clusters)
     without_status = MessageFilter(**{**selection.__dict__, "status": ""})
     hidden = services.key_masked_teams(user)
     qs = without_status.apply(services.visible_dead_letters(user), key_masked_teams=hidden).order_by()
-    counts = dict.fromkeys(Status.values, 0)
+    found = dict.fromkeys(Status.values, 0)
     for status, n in qs.values_list("status").annotate(n=Count("id")):
-        counts[status] = n
-    return counts
+        found[status] = n
+    return found
 
 
 def filter_choices(user: AnyUser) -> dict[str, list[str]]:
@@ -140,17 +161,8 @@ def _hour(moment: datetime) -> datetime:
 
 
 def with_parked_counts(groups: QuerySet[FailureGroup]) -> QuerySet[FailureGroup]:
-    """``groups`` annotated with ``parked``, each group's parked dead letters: one correlated count per group,
-    answered from the partial index of parked rows per group (``dl_parked_group``) without reading the table.
-    (An aggregate over a join of every dead letter with a status filter would read them all.)"""
-    parked = (
-        DeadLetter.objects.filter(group=OuterRef("pk"), status=Status.PARKED)
-        .order_by()
-        .values("group")
-        .annotate(n=Count("*"))
-        .values("n")
-    )
-    return groups.annotate(parked=Coalesce(Subquery(parked), 0))
+    """``groups`` annotated with ``parked``, each group's parked dead letters (``dlq.counts.with_parked``)."""
+    return counts.with_parked(groups)
 
 
 def group_rows(
@@ -231,12 +243,5 @@ def pending_approval_count(user: AnyUser) -> int:
 
 
 def parked_backlog(pipeline_ids: list[int]) -> dict[int, int]:
-    """Parked dead letters per pipeline id (one grouped query, served by the partial index of parked rows
-    per pipeline, ``dl_parked_pipeline``)."""
-    rows = (
-        DeadLetter.objects.filter(pipeline_id__in=pipeline_ids, status=Status.PARKED)
-        .order_by()
-        .values_list("pipeline_id")
-        .annotate(n=Count("id"))
-    )
-    return {pipeline_id: n for pipeline_id, n in rows if pipeline_id is not None}
+    """Parked dead letters per pipeline id (``dlq.counts.parked_per_pipeline``)."""
+    return counts.parked_per_pipeline(pipeline_ids)

@@ -9,7 +9,7 @@ from typing import Any
 
 from celery import shared_task
 
-from dlq import services
+from dlq import counts, services
 from dlq.services.bulk import RUN_BULK_TASK
 
 
@@ -40,3 +40,9 @@ def apply_retention() -> dict[str, Any]:
     """Purge closed dead letters past their retention (hourly)."""
     run = services.apply_retention()
     return {"run": run.pk, "purged": run.purged, "total": run.total}
+
+
+@shared_task(name="dlq.compact_counts")
+def compact_counts() -> int:
+    """Fold the status-count deltas the triggers wrote into one row per key (every minute)."""
+    return counts.compact()

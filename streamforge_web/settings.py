@@ -272,6 +272,7 @@ CELERY_BEAT_SCHEDULE = {
     "resume-stale-bulks": {"task": "dlq.resume_stale_bulks", "schedule": 15.0},
     "resolve-in-doubt-replays": {"task": "dlq.resolve_in_doubt", "schedule": 60.0},
     "dlq-retention": {"task": "dlq.apply_retention", "schedule": 3600.0},
+    "dlq-compact-counts": {"task": "dlq.compact_counts", "schedule": 60.0},
 }
 
 # Throttle counters (DRF) live in Redis, so every web process counts the same requests.

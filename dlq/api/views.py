@@ -50,7 +50,7 @@ from dlq.api.serializers import (
     RunbookSerializer,
     RunbookWriteSerializer,
 )
-from dlq.filters import FilterError, MessageFilter
+from dlq.filters import SEARCH_ORDER, FilterError, MessageFilter
 from dlq.models import (
     ApprovalRequest,
     BulkAction,
@@ -104,6 +104,12 @@ class NewestFirst(CursorPagination):
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 200
+
+    def get_ordering(self, request: Request, queryset: QuerySet[Any], view: Any) -> tuple[str, ...]:
+        """``-id``, or for a key-prefix search on PostgreSQL the same order by ``dlq.filters.SEARCH_ORDER``."""
+        if SEARCH_ORDER in queryset.query.annotations:
+            return (f"-{SEARCH_ORDER}",)
+        return ("-id",)
 
 
 _FILTER_PARAMS = [

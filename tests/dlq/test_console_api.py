@@ -8,6 +8,7 @@ import json
 
 import pytest
 from django.db import connection
+from django.test import Client
 
 from access.audit import verify_chain
 from access.models import AuditEvent
@@ -240,6 +241,30 @@ def test_the_list_filters_searches_and_pages_with_a_cursor(people, parked, pipel
     bad_time = api.get("/api/dlq/messages/", {"since": "yesterday"})
     assert bad_time.status_code == 400
     assert "since" in bad_time.json()
+
+
+def test_a_key_prefix_search_pages_newest_first_on_the_api_and_the_page(people, pipeline, park):
+    """A key-only search is ordered by ``dlq.filters.SEARCH_ORDER`` on PostgreSQL (so the key index finds
+    the matches): same rows, same order and working cursors as any other list."""
+    rows = park(pipeline, [(f"order-{i}".encode(), b"{}", "Deserialization", "bad") for i in range(5)])
+    park(pipeline, [(b"invoice-1", b"{}", "Deserialization", "bad")])
+    newest_first = [r.pk for r in reversed(rows)]
+    api = api_for(people["viewer"])
+    first = api.get("/api/dlq/messages/", {"q": "order-", "page_size": 2}).json()
+    second = api.get(first["next"]).json()
+    third = api.get(second["next"]).json()
+    assert [r["id"] for page in (first, second, third) for r in page["results"]] == newest_first
+    assert third["next"] is None
+    back = api.get(second["previous"]).json()
+    assert [r["id"] for r in back["results"]] == newest_first[:2]
+
+    browser = Client()
+    browser.force_login(people["viewer"])
+    page = browser.get("/dlq/", {"q": "order-"})
+    assert page.status_code == 200
+    assert [row.pk for row in page.context["page"].rows] == newest_first
+    older = browser.get("/dlq/", {"q": "order-", "before": str(newest_first[1])})
+    assert [row.pk for row in older.context["page"].rows] == newest_first[2:]
 
 
 def test_failure_groups_count_and_carry_their_runbooks(people, parked, pipeline):
