@@ -175,7 +175,7 @@ def record_many(*, actor: User | AnonymousUser | None, entries: list[Entry]) -> 
                     )
                     event.hash = prev_hash = _event_hash(event, key)
                     events.append(event)
-                bulk_insert.insert(AuditEvent, events, key="sequence")
+                bulk_insert.insert(AuditEvent, events)
                 points = [(event.sequence, event.hash) for event in events]
                 transaction.on_commit(lambda: anchor.publish(kid, points))  # noqa: B023  # returns next
                 return events

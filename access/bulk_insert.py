@@ -9,7 +9,7 @@ Used by the paths that insert in bulk: DLQ ingest, bulk replay's attempts, the a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from django.db import connection, models
 from django.utils import timezone
@@ -17,18 +17,19 @@ from django.utils import timezone
 M = TypeVar("M", bound=models.Model)
 
 
-def copy_rows(model: type[M], rows: Sequence[M]) -> None:
-    """Insert ``rows`` (unsaved instances of ``model``) with COPY on PostgreSQL; ids are NOT set (read them
-    back by a unique key: ``set_ids_by``). Values go as an INSERT would send them: ``auto_now``/
-    ``auto_now_add`` fields stamped with now, JSON fields as ``jsonb``, everything else as the instance
-    holds it (psycopg adapts it; model defaults were applied when the instance was made). A unique or
-    foreign-key violation raises Django's IntegrityError, as ``bulk_create`` would. Raises ValueError on
-    another database (use ``insert``)."""
+def copy_rows(model: type[M], rows: Sequence[M], *, with_ids: bool = False) -> None:
+    """Insert ``rows`` (unsaved instances of ``model``) with COPY on PostgreSQL. ``with_ids``: take the ids
+    from the table's sequence first (one query for all) and set them on the rows; otherwise ids are NOT
+    set. Values go as an INSERT would send them:
+    ``auto_now``/``auto_now_add`` fields stamped with now, JSON fields as ``jsonb``, everything else as
+    the instance holds it (psycopg adapts it; model defaults were applied when the instance was made). A
+    unique or foreign-key violation raises Django's IntegrityError, as ``bulk_create`` would. Raises
+    ValueError on another database (use ``insert``)."""
     if connection.vendor != "postgresql":
         raise ValueError("COPY is PostgreSQL's; use insert()")
     from psycopg.types.json import Jsonb
 
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    fields = [f for f in model._meta.concrete_fields if with_ids or not f.primary_key]
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     table = connection.ops.quote_name(model._meta.db_table)
     now = timezone.now()
@@ -38,6 +39,16 @@ def copy_rows(model: type[M], rows: Sequence[M]) -> None:
     as_json = {f.attname for f in fields if isinstance(f, models.JSONField)}
     names = [f.attname for f in fields]
     with connection.cursor() as cursor, connection.wrap_database_errors:
+        if with_ids:
+            pk = model._meta.pk
+            assert pk is not None
+            # The identity column's own sequence: ids that no concurrent INSERT can also take.
+            cursor.execute(
+                "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
+                [model._meta.db_table, pk.column, len(rows)],
+            )
+            for row, (new_id,) in zip(rows, cursor.fetchall(), strict=True):
+                row.pk = new_id
         raw = cursor.cursor  # psycopg's own cursor: COPY
         with raw.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:  # names from the model, not input
             for row in rows:
@@ -45,25 +56,17 @@ def copy_rows(model: type[M], rows: Sequence[M]) -> None:
                     setattr(row, name, now)
                 values = row.__dict__
                 copy.write_row([Jsonb(values[n]) if n in as_json else values[n] for n in names])
+    if with_ids:
+        for row in rows:
+            row._state.adding = False
 
 
-def set_ids_by(model: type[M], rows: Sequence[M], key: str) -> None:
-    """Set each inserted row's id (and mark it saved) from the database, matching on ``key``, a unique field
-    of ``model`` (one query)."""
-    values: list[Any] = [getattr(row, key) for row in rows]
-    ids = dict(model._default_manager.filter(**{f"{key}__in": values}).values_list(key, "pk"))
-    for row in rows:
-        row.pk = ids[getattr(row, key)]
-        row._state.adding = False
-
-
-def insert(model: type[M], rows: Sequence[M], *, key: str) -> None:
-    """Insert ``rows`` and set their ids: COPY and one read by the unique field ``key`` on PostgreSQL,
+def insert(model: type[M], rows: Sequence[M]) -> None:
+    """Insert ``rows`` and set their ids: COPY with ids taken from the sequence first on PostgreSQL,
     ``bulk_create`` elsewhere. Raises IntegrityError like ``bulk_create``."""
     if not rows:
         return
     if connection.vendor != "postgresql":
         model._default_manager.bulk_create(rows)
         return
-    copy_rows(model, rows)
-    set_ids_by(model, rows, key)
+    copy_rows(model, rows, with_ids=True)

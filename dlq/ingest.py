@@ -317,24 +317,15 @@ def _store_batch_once(
 
 
 def _insert(rows: list[DeadLetter]) -> None:
-    """Insert ``rows`` and set their ids. On PostgreSQL with one COPY and one read of the new ids by their
-    DLQ coordinates: a multi-row INSERT of a batch spends most of ingest's time building and escaping its
-    SQL text (profiled: Django's per-value compilation and the client-side binding of ~1 KB payloads took
-    more than the database; ``access.bulk_insert``). Elsewhere (SQLite) ``bulk_create``. A row another
-    ingester stored first raises IntegrityError either way (``store_batch`` retries)."""
+    """Insert ``rows`` and set their ids. On PostgreSQL with one COPY, the ids taken from the sequence
+    first: a multi-row INSERT of a batch spends most of ingest's time building and escaping its SQL text
+    (profiled: Django's per-value compilation and the client-side binding of ~1 KB payloads took more than
+    the database; ``access.bulk_insert``). Elsewhere (SQLite) ``bulk_create``. A row another ingester
+    stored first raises IntegrityError either way (``store_batch`` retries)."""
     if connection.vendor != "postgresql":
         DeadLetter.objects.bulk_create(rows, batch_size=500)
         return
-    copy_rows(DeadLetter, rows)
-    ids = {
-        (topic, topic_id, partition, offset): pk
-        for pk, topic, topic_id, partition, offset in _stored_rows(
-            (row.dlq_topic, row.dlq_topic_id, row.dlq_partition, row.dlq_offset) for row in rows
-        )
-    }
-    for row in rows:
-        row.pk = ids[(row.dlq_topic, row.dlq_topic_id, row.dlq_partition, row.dlq_offset)]
-        row._state.adding = False
+    copy_rows(DeadLetter, rows, with_ids=True)
 
 
 def _stored_rows(

@@ -35,6 +35,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from access import audit, bulk_insert
+from access.id_lists import among
 from access.models import Role, Team
 from access.permissions import AnyUser, is_admin, require_role
 from dlq.filters import MessageFilter
@@ -513,10 +514,10 @@ def _claim(ids: Sequence[int], to: str) -> list[DeadLetter]:
     # by _refused_target, not copied into every row (profiled: decoding it per row was most of the claim).
     rows = list(
         DeadLetter.objects.select_for_update(skip_locked=True, of=("self",)).filter(
-            pk__in=ids, status=Status.PARKED
+            pk__in=among(ids), status=Status.PARKED
         )
     )
-    DeadLetter.objects.filter(pk__in=[r.pk for r in rows], status=Status.PARKED).update(
+    DeadLetter.objects.filter(pk__in=among(r.pk for r in rows), status=Status.PARKED).update(
         status=to, status_changed_at=timezone.now()
     )
     return rows
@@ -525,7 +526,9 @@ def _claim(ids: Sequence[int], to: str) -> list[DeadLetter]:
 def _latest_payloads(ids: Sequence[int]) -> dict[int, PayloadRevision]:
     """The newest payload revision of each of these dead letters that has one (one query)."""
     latest: dict[int, PayloadRevision] = {}
-    for rev in PayloadRevision.objects.filter(dead_letter_id__in=ids).order_by("dead_letter_id", "number"):
+    for rev in PayloadRevision.objects.filter(dead_letter_id__in=among(ids)).order_by(
+        "dead_letter_id", "number"
+    ):
         latest[rev.dead_letter_id] = rev
     return latest
 
@@ -545,7 +548,7 @@ def _bulk_replay_chunk(bulk: BulkAction, ids: Sequence[int]) -> tuple[int, int, 
             )
             for row in rows
         ]
-        bulk_insert.insert(Replay, attempts, key="replay_id")
+        bulk_insert.insert(Replay, attempts)
     outs = []
     done: list[Answered] = []
     admin = is_admin(actor)

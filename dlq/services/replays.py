@@ -23,6 +23,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from access import audit
+from access.id_lists import among
 from access.models import Role
 from access.permissions import is_admin, require_role
 from dlq import headers
@@ -183,37 +184,48 @@ def replay(
 
 def _record_answers(attempts: Sequence[Replay]) -> None:
     """Store each attempt's state, error, finish time and landing place, leaving FAILED_AGAIN alone.
-    PostgreSQL: one UPDATE joined to a VALUES list of every attempt; elsewhere one parameterized statement
-    per row in a single executemany. (Django's bulk_update builds a CASE per field and row, and even the
-    executemany cost more than the produce itself at bulk sizes: profiled with bench.dlq_measure.)"""
+    PostgreSQL: one UPDATE joined to the attempts passed as six array parameters (``unnest``); elsewhere one
+    parameterized statement per row in a single executemany. (Django's bulk_update builds a CASE per field
+    and row, and a VALUES list of a placeholder per value cost more in parsing and binding than the produce
+    itself at bulk sizes: profiled with bench.dlq_measure.)"""
+    if not attempts:
+        return
     table = Replay._meta.db_table
     keep = ReplayState.FAILED_AGAIN
-    rows = [
-        (
-            a.state,
-            a.error,
-            connection.ops.adapt_datetimefield_value(a.finished_at),
-            a.produced_partition,
-            a.produced_offset,
-            a.pk,
-        )
-        for a in attempts
-    ]
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql" and rows:
-            values = ", ".join(["(%s, %s, %s::timestamptz, %s::integer, %s::bigint, %s::bigint)"] * len(rows))
+        if connection.vendor == "postgresql":
             cursor.execute(
                 f"UPDATE {table} AS r SET state = CASE WHEN r.state = %s THEN r.state ELSE v.state END, "  # noqa: S608  # table name is ours
                 "error = v.error, finished_at = v.finished_at, produced_partition = v.partition, "
-                f"produced_offset = v.offset_ FROM (VALUES {values}) "
-                "AS v(state, error, finished_at, partition, offset_, id) WHERE r.id = v.id",
-                [keep, *(value for row in rows for value in row)],
+                "produced_offset = v.offset_ FROM unnest(%s::text[], %s::text[], %s::timestamptz[], "
+                "%s::integer[], %s::bigint[], %s::bigint[]) AS v(state, error, finished_at, partition, offset_, id) "
+                "WHERE r.id = v.id",
+                [
+                    keep,
+                    [a.state for a in attempts],
+                    [a.error for a in attempts],
+                    [a.finished_at for a in attempts],
+                    [a.produced_partition for a in attempts],
+                    [a.produced_offset for a in attempts],
+                    [a.pk for a in attempts],
+                ],
             )
         else:
             cursor.executemany(
                 f"UPDATE {table} SET state = CASE WHEN state = %s THEN state ELSE %s END, "  # noqa: S608  # table name is ours
                 "error = %s, finished_at = %s, produced_partition = %s, produced_offset = %s WHERE id = %s",
-                [(keep, *row) for row in rows],
+                [
+                    (
+                        keep,
+                        a.state,
+                        a.error,
+                        connection.ops.adapt_datetimefield_value(a.finished_at),
+                        a.produced_partition,
+                        a.produced_offset,
+                        a.pk,
+                    )
+                    for a in attempts
+                ],
             )
 
 
@@ -243,10 +255,10 @@ def finish_replays(
         # FAILED_AGAIN stays: the replayed record can pass through the pipeline, fail again and be ingested
         # (``ingest._link_replays``) before this transaction commits, and that outcome is the newer one.
         _record_answers([a for _d, a, _o in done])
-        DeadLetter.objects.filter(pk__in=[d.pk for d, _a, _o in produced], status=Status.REPLAYING).update(
-            status=Status.REPLAYED, status_changed_at=now
-        )
-        DeadLetter.objects.filter(pk__in=[d.pk for d, _a, _o in failed], status=Status.REPLAYING).update(
+        DeadLetter.objects.filter(
+            pk__in=among(d.pk for d, _a, _o in produced), status=Status.REPLAYING
+        ).update(status=Status.REPLAYED, status_changed_at=now)
+        DeadLetter.objects.filter(pk__in=among(d.pk for d, _a, _o in failed), status=Status.REPLAYING).update(
             status=Status.PARKED, status_changed_at=now
         )
         for dead_letter, attempt, out in done:
