@@ -292,11 +292,12 @@ def list_latency(*, world: dict[str, Any], requests: int = 100) -> dict[str, Any
         if connection.vendor == "postgresql":
             with CaptureQueriesContext(connection) as captured:
                 client.get(url, params)
-            # The request's queries on the dead-letter table, the slowest first, explained as they ran.
-            ours = [q for q in captured.captured_queries if "dlq_deadletter" in q["sql"]]
-            slowest = max(ours, key=lambda q: float(q["time"]))
-            plan, seq_scan = explain(slowest["sql"], None)
-            results[label].update(plan=plan, seq_scan=seq_scan)
+            # The request's slowest query on the console's tables, explained as it ran.
+            ours = [q for q in captured.captured_queries if "dlq_" in q["sql"]]
+            if ours:
+                slowest = max(ours, key=lambda q: float(q["time"]))
+                plan, seq_scan = explain(slowest["sql"], None)
+                results[label].update(plan=plan, seq_scan=seq_scan)
     client = Client(HTTP_HOST="127.0.0.1")
     client.force_login(world["operator"])
     deep, url = [], "/api/dlq/messages/"
@@ -433,6 +434,29 @@ def bulk_replay_rate(bootstrap: str, *, records: int, world: dict[str, Any]) -> 
         admin.delete_topics([source])
 
 
+def render_markdown(figures: dict[str, Any]) -> str:
+    """The figures of one run as a markdown report: ingest and bulk replay rates, the fill, then per list
+    case p50/p95 and the EXPLAIN (ANALYZE, BUFFERS) of its slowest query on the dead-letter table."""
+    lines = [f"# DLQ console at scale: {figures.get('database', '?')}", ""]
+    fill_figures = figures.get("fill", {})
+    lines.append(f"- rows: {fill_figures.get('rows', 0):,} (loaded in {fill_figures.get('seconds', '?')} s)")
+    for name in ("ingest", "bulk_replay"):
+        if name in figures:
+            rate = figures[name]
+            lines.append(
+                f"- {name.replace('_', ' ')}: {rate['records_per_s']:,} records/s ({rate['records']:,} records)"
+            )
+    lines.append(f"- load average before/after: {figures.get('load_before')} / {figures.get('load_after')}")
+    lines += ["", "| case | p50 ms | p95 ms | reads the whole table |", "|---|---:|---:|---|"]
+    for label, timing in figures.get("list", {}).items():
+        scan = "yes" if timing.get("seq_scan") else ("no" if "plan" in timing else "")
+        lines.append(f"| {label} | {timing['p50_ms']} | {timing['p95_ms']} | {scan} |")
+    for label, timing in figures.get("list", {}).items():
+        if timing.get("plan"):
+            lines += ["", f"## {label}", "", "```", timing["plan"], "```"]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the three measurements and print/write them."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -448,7 +472,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--skip-kafka", action="store_true", help="only the fill and the list/search timings")
     parser.add_argument("--out", type=Path, default=Path("artifacts/bench/dlq.json"))
+    parser.add_argument(
+        "--render", type=Path, default=None, help="only write the markdown report of an earlier run's JSON"
+    )
     args = parser.parse_args(argv)
+    if args.render is not None:
+        report = args.render.with_suffix(".md")
+        report.write_text(render_markdown(json.loads(args.render.read_text())))
+        print(f"wrote {report}")
+        return 0
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092")
     with tempfile.TemporaryDirectory(prefix="dlq-bench-", dir=args.db_dir) as tmp:
         created = setup_django(Path(tmp), postgres_url=args.postgres)
@@ -459,7 +491,8 @@ def main(argv: list[str] | None = None) -> int:
                 drop_database(args.postgres, created)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(figures, indent=2))
-    print(f"wrote {args.out}")
+    args.out.with_suffix(".md").write_text(render_markdown(figures))
+    print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
     return 0
 
 

@@ -442,33 +442,13 @@ def run_bulk(*, bulk_id: int, chunk_size: int | None = None) -> BulkAction:
     rate = bulk.rate_limit
     size = chunk_size or (max(1, min(200, rate // 5)) if rate else 1000)
     started, done_this_run = time.monotonic(), 0
-    while True:
-        current = BulkAction.objects.filter(pk=bulk.pk).values_list("state", "worker").get()
-        if current != (BulkState.RUNNING, me):
-            break
-        ids = list(
-            selection.apply(DeadLetter.objects.filter(team=bulk.team))
-            .filter(status=Status.PARKED, id__gt=bulk.cursor, id__lte=bulk.max_id)
-            .order_by("id")
-            .values_list("id", flat=True)[:size]
-        )
-        if not ids:
-            complete = BULK_TRANSITIONS["complete"]
-            with transaction.atomic():
-                finished = timezone.now()
-                if _move(complete, bulk.pk, when=Q(worker=me), finished_at=finished, heartbeat_at=finished):
-                    audit.record(
-                        actor=None,
-                        action=complete.event,
-                        target_type="bulk",
-                        target_id=bulk.pk,
-                        details=bulk.progress(),
-                    )
-            break
-        if bulk.kind == BulkKind.REPLAY:
-            handled, ok, failed = _bulk_replay_chunk(bulk, ids)
-        else:
-            handled, ok, failed = _bulk_skip_chunk(bulk, ids)
+    # Replays are pipelined: chunk N+1 is claimed and sent while the broker answers chunk N, which is then
+    # recorded; at most one chunk is in flight, and it is settled before the loop ends for any reason.
+    in_flight: _ReplayChunk | None = None
+    after = bulk.cursor
+
+    def record(ids: Sequence[int], handled: int, ok: int, failed: int) -> None:
+        nonlocal done_this_run
         BulkAction.objects.filter(pk=bulk.pk).update(
             cursor=max(ids),
             processed=F("processed") + handled,
@@ -479,10 +459,53 @@ def run_bulk(*, bulk_id: int, chunk_size: int | None = None) -> BulkAction:
         bulk.refresh_from_db()
         notify.bulk_changed_now(bulk)
         done_this_run += handled
-        if rate:
-            ahead = done_this_run / rate - (time.monotonic() - started)
-            if ahead > 0:
-                time.sleep(ahead)
+
+    def settle() -> None:
+        nonlocal in_flight
+        if in_flight is not None:
+            chunk, in_flight = in_flight, None
+            record(chunk.ids, *_settle_replay_chunk(bulk, chunk))
+
+    try:
+        while True:
+            current = BulkAction.objects.filter(pk=bulk.pk).values_list("state", "worker").get()
+            if current != (BulkState.RUNNING, me):
+                break
+            ids = list(
+                selection.apply(DeadLetter.objects.filter(team=bulk.team))
+                .filter(status=Status.PARKED, id__gt=after, id__lte=bulk.max_id)
+                .order_by("id")
+                .values_list("id", flat=True)[:size]
+            )
+            if not ids:
+                settle()
+                complete = BULK_TRANSITIONS["complete"]
+                with transaction.atomic():
+                    finished = timezone.now()
+                    if _move(
+                        complete, bulk.pk, when=Q(worker=me), finished_at=finished, heartbeat_at=finished
+                    ):
+                        audit.record(
+                            actor=None,
+                            action=complete.event,
+                            target_type="bulk",
+                            target_id=bulk.pk,
+                            details=bulk.progress(),
+                        )
+                break
+            after = max(ids)
+            if bulk.kind == BulkKind.REPLAY:
+                sent = _send_replay_chunk(bulk, ids)
+                settle()
+                in_flight = sent
+            else:
+                record(ids, *_bulk_skip_chunk(bulk, ids))
+            if rate:
+                ahead = done_this_run / rate - (time.monotonic() - started)
+                if ahead > 0:
+                    time.sleep(ahead)
+    finally:
+        settle()
     bulk.refresh_from_db()
     notify.bulk_changed_now(bulk)
     return bulk
@@ -533,7 +556,18 @@ def _latest_payloads(ids: Sequence[int]) -> dict[int, PayloadRevision]:
     return latest
 
 
-def _bulk_replay_chunk(bulk: BulkAction, ids: Sequence[int]) -> tuple[int, int, int]:
+@dataclass
+class _ReplayChunk:
+    """A bulk replay chunk whose records are on their way to the broker (``_send_replay_chunk``)."""
+
+    ids: Sequence[int]
+    done: list[Answered]
+    sending: kafka_io.Sending
+
+
+def _send_replay_chunk(bulk: BulkAction, ids: Sequence[int]) -> _ReplayChunk:
+    """Claim the still-parked of ``ids`` (REPLAYING, one PENDING attempt each, committed) and hand their
+    records to the producer without waiting for the broker."""
     actor = bulk.created_by
     with transaction.atomic():
         rows = _claim(ids, Status.REPLAYING)
@@ -567,11 +601,16 @@ def _bulk_replay_chunk(bulk: BulkAction, ids: Sequence[int]) -> tuple[int, int, 
             out = replay_record(row, attempt, value, actor.get_username())
             outs.append(out)
         done.append((row, attempt, out))
-    kafka_io.produce(outs)
+    return _ReplayChunk(ids, done, kafka_io.send(outs))
+
+
+def _settle_replay_chunk(bulk: BulkAction, chunk: _ReplayChunk) -> tuple[int, int, int]:
+    """Wait for the broker's answers to a sent chunk and record them; returns (handled, succeeded, failed)."""
+    chunk.sending.wait()
     ok, failed = finish_replays(
-        done, actor=actor, reason=f"bulk #{bulk.pk}: {bulk.reason}", notify_console=False
+        chunk.done, actor=bulk.created_by, reason=f"bulk #{bulk.pk}: {bulk.reason}", notify_console=False
     )
-    return len(rows), ok, failed
+    return len(chunk.done), ok, failed
 
 
 def _refused_target(

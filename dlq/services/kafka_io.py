@@ -83,9 +83,35 @@ def produce(records: Sequence[OutgoingRecord]) -> None:
     """Produce every record on its cluster and wait until the broker answered each, or the delivery timeout
     (``STREAMFORGE_DLQ_PRODUCE_TIMEOUT_SECONDS``) passed; fills in each record's answer. Never raises for
     a record the broker refused, nor for a cluster that cannot be connected to: its ``error`` says why."""
+    send(records).wait()
+
+
+@dataclass
+class Sending:
+    """Records handed to their clusters' producers whose answers may still be on the way (``send``)."""
+
+    records: Sequence[OutgoingRecord]
+    producers: list[Producer]
+    deadline: float
+
+    def wait(self) -> None:
+        """Serve the producers' callbacks until every record is answered or the delivery timeout (plus 5 s)
+        passed since sending; a record still unanswered then gets an error saying so."""
+        while not all(o.done for o in self.records) and time.monotonic() < self.deadline:
+            for kafka in self.producers:
+                kafka.poll(0.05 if len(self.producers) == 1 else 0.01)
+        for out in self.records:
+            if not out.done:
+                out.error = out.error or "no acknowledgement from the broker before the delivery timeout"
+
+
+def send(records: Sequence[OutgoingRecord]) -> Sending:
+    """Hand every record to its cluster's producer without waiting for the broker: the caller does other
+    work (a bulk replay claims its next chunk) and then calls ``wait``. Errors as ``produce``."""
     by_cluster: dict[int | None, list[OutgoingRecord]] = {}
     for out in records:
         by_cluster.setdefault(out.cluster_id, []).append(out)
+    used = []
     for cluster_id, outs in by_cluster.items():
         try:
             conn = connection_of(cluster_id)
@@ -93,10 +119,13 @@ def produce(records: Sequence[OutgoingRecord]) -> None:
             for out in outs:
                 out.error, out.done = f"the Kafka cluster cannot be used: {exc}", True
             continue
-        _produce_on(producer(conn), outs)
+        kafka = producer(conn)
+        _send_on(kafka, outs)
+        used.append(kafka)
+    return Sending(records, used, time.monotonic() + settings.DLQ_PRODUCE_TIMEOUT_SECONDS + 5)
 
 
-def _produce_on(kafka: Producer, records: Sequence[OutgoingRecord]) -> None:
+def _send_on(kafka: Producer, records: Sequence[OutgoingRecord]) -> None:
 
     def callback(out: OutgoingRecord) -> Callable[[KafkaError | None, Any], None]:
         def report(err: KafkaError | None, msg: Any) -> None:
@@ -124,12 +153,7 @@ def _produce_on(kafka: Producer, records: Sequence[OutgoingRecord]) -> None:
             except KafkaException as exc:
                 out.error, out.done = str(exc), True
                 break
-    deadline = time.monotonic() + settings.DLQ_PRODUCE_TIMEOUT_SECONDS + 5
-    while not all(o.done for o in records) and time.monotonic() < deadline:
-        kafka.poll(0.05)
-    for out in records:
-        if not out.done:
-            out.error = out.error or "no acknowledgement from the broker before the delivery timeout"
+    kafka.poll(0)  # serve what is already answered
 
 
 def find_replay_ids(

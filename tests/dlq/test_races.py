@@ -135,7 +135,10 @@ def test_two_workers_claiming_the_same_bulk_chunk_replay_each_message_once(
 
     monkeypatch.setattr(bulk_actions, "_latest_payloads", after_the_claim)
 
-    outcomes = run_together([lambda: bulk_actions._bulk_replay_chunk(bulk, ids) for _ in range(2)])
+    def replay_chunk():
+        return bulk_actions._settle_replay_chunk(bulk, bulk_actions._send_replay_chunk(bulk, ids))
+
+    outcomes = run_together([replay_chunk for _ in range(2)])
 
     assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
     # The lock skips rows the other worker holds: the chunk may be split between them, never shared.
