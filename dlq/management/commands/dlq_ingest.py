@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from dlq.ingest import DEFAULT_GROUP_ID, BatchResult, ClusterIngesters
+from dlq.ingest import DEFAULT_BATCH_SIZE, DEFAULT_GROUP_ID, BatchResult, ClusterIngesters
 
 log = logging.getLogger("dlq.ingest")
 
@@ -28,7 +28,9 @@ class Command(BaseCommand):
             default=None,
             help="static group member id (default dlq-ingest-<host>); give each ingester on a host its own",
         )
-        parser.add_argument("--batch-size", type=int, default=500, help="records per poll (at most)")
+        parser.add_argument(
+            "--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="records per poll (at most)"
+        )
         parser.add_argument(
             "--refresh", type=float, default=10.0, help="seconds between topic list refreshes"
         )
