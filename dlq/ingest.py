@@ -303,7 +303,7 @@ def _store_batch_once(
                 first_failed_at=failed_at,
                 last_failed_at=failed_at,
                 # set below; given here so the model does not work out each foreign key's default per row
-                group_id=None,
+                group_id=None,  # type: ignore[misc]  # not null in the table: set below, before the insert
                 replay_of_id=None,
             )
             row._group_key = gkey  # type: ignore[attr-defined]  # resolved to group_id below

@@ -22,7 +22,7 @@ One module per workflow; this package re-exports their public names, so ``servic
 - ``errors``: InvalidRequest (400), Conflict (409), ReplayFailed (503).
 """
 
-from dlq.services.admin import delete_runbook, register_topic, runbooks_for, save_runbook
+from dlq.services.admin import Recount, delete_runbook, recount, register_topic, runbooks_for, save_runbook
 from dlq.services.approvals import approve, reject, request_delete
 from dlq.services.bulk import (
     BULK_RUNNABLE,
@@ -97,6 +97,7 @@ __all__ = [
     "PayloadCheck",
     "PayloadRevisionView",
     "ProducedAt",
+    "Recount",
     "RenderedBytes",
     "RenderedHeader",
     "ReplayFailed",
@@ -122,6 +123,7 @@ __all__ = [
     "pause_bulk",
     "payload_diff",
     "preview_bulk",
+    "recount",
     "register_topic",
     "reject",
     "render_bytes",

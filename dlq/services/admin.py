@@ -4,14 +4,17 @@ runbooks attached to failure groups or error types. Admin role."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Q, QuerySet
 
 from access import audit
 from access.models import Role, Team
-from access.permissions import require_role
+from access.permissions import is_admin, require_role
+from dlq import counts
 from dlq.models import DlqTopic, FailureGroup, Runbook, RunbookAction
 from dlq.services.errors import InvalidRequest
 from pipelines import dlq_owners
@@ -141,3 +144,33 @@ def runbooks_for(group: FailureGroup) -> QuerySet[Runbook]:
     return Runbook.objects.filter(
         Q(group=group) | Q(group=None, error_type=group.error_type, team=group.team_id)
     )
+
+
+@dataclass(frozen=True)
+class Recount:
+    """What ``recount`` found: the keys whose kept count was wrong (``dlq.counts.differences``), and
+    whether they were rebuilt."""
+
+    differences: list[dict[str, object]]
+    rebuilt: bool
+
+
+def recount(*, actor: User, fix: bool = False) -> Recount:
+    """Check the console's kept dead-letter counts against the rows (``dlq.counts``) and, with ``fix``,
+    rebuild them when they differ (audited as ``dlq.recount``). Installation admins only: the counts
+    span every team. Raises PermissionDenied for anyone else."""
+    if not is_admin(actor):
+        raise PermissionDenied("recounting the dead letters needs an admin")
+    found = counts.differences()
+    if not (fix and found):
+        return Recount(found, rebuilt=False)
+    with transaction.atomic():
+        written = counts.rebuild()
+        audit.record(
+            actor=actor,
+            action="dlq.recount",
+            target_type="dead_letter_counts",
+            target_id="all",
+            details={"wrong_keys": len(found), "rows_written": written},
+        )
+    return Recount(found, rebuilt=True)

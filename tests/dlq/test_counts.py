@@ -6,14 +6,18 @@ on PostgreSQL; and what the console's status tabs, the groups' parked counts and
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 
 import pytest
+from django.core.exceptions import PermissionDenied
+from django.core.management import call_command
 from django.db import connection, connections, transaction
 from django.db.models import Count
 
-from dlq import counts
+from access.models import AuditEvent
+from dlq import counts, services
 from dlq.filters import MessageFilter
 from dlq.models import DeadLetter, FailureGroup, Status, StatusCount
 from dlq.selectors import parked_backlog, status_counts, with_parked_counts
@@ -163,3 +167,51 @@ def test_compactions_beside_writers_neither_lose_nor_double_a_delta(park, pipeli
         assert not thread.is_alive(), "a compactor or the writer is stuck (deadlock?)"
     assert not errors, errors
     assert _kept() == _truth()
+
+
+@pytest.mark.django_db
+def test_recount_names_a_wrong_count_and_an_admin_rebuilds_it_audited(park, pipeline, people):
+    rows = park(pipeline, [(b"k", b"{}", "Deserialization", "bad") for _ in range(3)])
+    assert counts.differences() == []
+    # A count gone wrong (e.g. a database restored without the triggers): one parked row too many.
+    StatusCount.objects.create(
+        group_id=rows[0].group_id, pipeline_id=pipeline.pk, cluster_id=None, status=Status.PARKED, n=1
+    )
+    with pytest.raises(PermissionDenied):
+        services.recount(actor=people["operator"], fix=True)
+    checked = services.recount(actor=people["admin"])
+    assert checked.differences == [
+        {
+            "group_id": rows[0].group_id,
+            "pipeline_id": pipeline.pk,
+            "cluster_id": None,
+            "status": Status.PARKED,
+            "kept": 4,
+            "counted": 3,
+        }
+    ]
+    assert not checked.rebuilt
+    assert AuditEvent.objects.filter(action="dlq.recount").count() == 0
+
+    fixed = services.recount(actor=people["admin"], fix=True)
+    assert fixed.rebuilt
+    assert counts.differences() == []
+    assert _kept() == _truth()
+    event = AuditEvent.objects.get(action="dlq.recount")
+    assert event.actor == people["admin"]
+    assert event.details["wrong_keys"] == 1
+
+
+@pytest.mark.django_db
+def test_the_recount_command_exits_1_on_a_difference_and_fixes_it(park, pipeline, people, capsys):
+    rows = park(pipeline, [(b"k", b"{}", "Deserialization", "bad")])
+    StatusCount.objects.create(
+        group_id=rows[0].group_id, pipeline_id=None, cluster_id=None, status="parked", n=2
+    )
+    with pytest.raises(SystemExit) as exited:
+        call_command("dlq", "recount", "--as", people["admin"].username)
+    assert exited.value.code == 1
+    assert "differ from the rows" in capsys.readouterr().err
+    call_command("dlq", "recount", "--as", people["admin"].username, "--fix")
+    assert json.loads(capsys.readouterr().out)["rebuilt"] is True
+    assert counts.differences() == []

@@ -12,6 +12,7 @@ as the API and prints JSON; mutations need ``--as <username>`` and are checked a
     manage.py dlq bulk-status 3
     manage.py dlq groups
     manage.py dlq verify-audit          # exit 0 ok, 1 broken at #N, 2 unverified (an anchor unreadable or behind)
+    manage.py dlq recount --as admin [--fix]   # kept counts vs the rows; exit 1 when they differ (unfixed)
 """
 
 from __future__ import annotations
@@ -113,6 +114,12 @@ class Command(BaseCommand):
             p.add_argument("--reason", default="")
         p = sub.add_parser("groups", help="failure groups, most recent first")
         p.add_argument("--limit", type=int, default=50)
+        p = with_actor(
+            sub.add_parser(
+                "recount", help="check the kept dead-letter counts against the rows; --fix rebuilds"
+            )
+        )
+        p.add_argument("--fix", action="store_true")
         sub.add_parser(
             "verify-audit",
             help="verify the audit log's hash chain against its anchors; exit 1 when broken, 2 when unverified",
@@ -240,6 +247,14 @@ class Command(BaseCommand):
         elif command == "groups":
             groups = with_parked_counts(FailureGroup.objects.all()).order_by("-last_seen")[: o["limit"]]
             self._print(FailureGroupSerializer(groups, many=True, context={"trends": {}}).data)
+        elif command == "recount":
+            checked = services.recount(actor=_user(o["actor"]), fix=o["fix"])
+            self._print(asdict(checked))
+            if checked.differences and not checked.rebuilt:
+                self.stderr.write(
+                    f"{len(checked.differences)} kept count(s) differ from the rows; --fix rebuilds"
+                )
+                sys.exit(1)
         elif command == "verify-audit":
             report = verify_chain()
             self._print(asdict(report))
