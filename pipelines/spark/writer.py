@@ -30,7 +30,7 @@ import random
 import socket
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -578,10 +578,10 @@ class BatchWriter:
 
 def make_partition_writer(
     config: WriterConfig,
-) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function ``mapInArrow`` runs per Spark partition (schema SUMMARY_SCHEMA)."""
 
-    def write_partition(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+    def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return BatchWriter(config).write(iter(batches))
 
     return write_partition
