@@ -66,14 +66,7 @@ def status_counts(user: AnyUser, selection: MessageFilter) -> dict[str, int]:
         groups = FailureGroup.objects.all()
         if not is_admin(user):
             groups = groups.filter(team__in=visible_teams(user))
-        if selection.pipeline:
-            groups = groups.filter(pipeline_name=selection.pipeline)
-        if selection.error_type:
-            groups = groups.filter(error_type=selection.error_type)
-        if selection.group is not None:
-            groups = groups.filter(pk=selection.group)
-        if selection.topic:
-            groups = groups.filter(dlq_topic=selection.topic)
+        groups = selection.apply_to_groups(groups)
         clusters: list[int | None] | None = None
         if selection.cluster == DEFAULT_CLUSTER_NAME:
             clusters = [None]
