@@ -15,7 +15,7 @@ from collections.abc import Collection, Iterable
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import IntegerField, OuterRef, QuerySet, Subquery, Sum
+from django.db.models import IntegerField, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 
 from dlq.models import DeadLetter, FailureGroup, Status, StatusCount
@@ -31,14 +31,10 @@ def per_status(
     the clusters ``cluster_ids`` (None in it: the default cluster). One query."""
     deltas = StatusCount.objects.filter(group_id__in=groups.order_by().values("pk"))
     if cluster_ids is not None:
-        named = [c for c in cluster_ids if c is not None]
-        on_default = None in cluster_ids
-        if on_default and named:
-            deltas = deltas.filter(cluster_id__in=named) | deltas.filter(cluster_id__isnull=True)
-        elif on_default:
-            deltas = deltas.filter(cluster_id__isnull=True)
-        else:
-            deltas = deltas.filter(cluster_id__in=named)
+        on_clusters = Q(cluster_id__in=[c for c in cluster_ids if c is not None])
+        if None in cluster_ids:
+            on_clusters |= Q(cluster_id__isnull=True)
+        deltas = deltas.filter(on_clusters)
     counts = dict.fromkeys(Status.values, 0)
     for status, n in deltas.order_by().values_list("status").annotate(n=Sum("n")):
         if status in counts:
