@@ -4,12 +4,14 @@ hundreds of rows with kilobyte payloads that text was most of the time spent (pr
 ``bench/dlq_measure.py``). Elsewhere (SQLite) ``bulk_create``.
 
 Used by the paths that insert in bulk: DLQ ingest, bulk replay's attempts, the audit chain's events.
+``insert_values`` takes plain value tuples instead of model instances, for the hottest of them (a bulk
+replay's attempts), where making the instances cost more than the COPY.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django.db import connection, models
 from django.utils import timezone
@@ -70,3 +72,33 @@ def insert(model: type[M], rows: Sequence[M]) -> None:
         model._default_manager.bulk_create(rows)
         return
     copy_rows(model, rows, with_ids=True)
+
+
+def insert_values(
+    model: type[models.Model], columns: Sequence[str], rows: Sequence[Sequence[Any]]
+) -> list[int]:
+    """Insert ``rows``, each a tuple of values for the fields named (by attname) in ``columns``, and return
+    their new ids in order. Columns not named get what the database would give them (so name every field
+    without a database default). PostgreSQL: ids from the table's sequence and one COPY; elsewhere
+    ``bulk_create`` of instances made from the tuples. Raises IntegrityError like ``bulk_create``."""
+    if not rows:
+        return []
+    if connection.vendor != "postgresql":
+        instances = [model(**dict(zip(columns, row, strict=True))) for row in rows]
+        model._default_manager.bulk_create(instances)
+        return [int(i.pk) for i in instances]
+    pk = model._meta.pk
+    assert pk is not None
+    by_name = {f.attname: f for f in model._meta.concrete_fields}
+    names = ", ".join(connection.ops.quote_name(by_name[c].column) for c in (pk.attname, *columns))
+    table = connection.ops.quote_name(model._meta.db_table)
+    with connection.cursor() as cursor, connection.wrap_database_errors:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
+            [model._meta.db_table, pk.column, len(rows)],
+        )
+        ids = [int(new_id) for (new_id,) in cursor.fetchall()]
+        with cursor.cursor.copy(f"COPY {table} ({names}) FROM STDIN") as copy:  # names from the model
+            for new_id, row in zip(ids, rows, strict=True):
+                copy.write_row((new_id, *row))
+    return ids

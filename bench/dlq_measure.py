@@ -368,7 +368,8 @@ def ingest_rate(bootstrap: str, *, records: int, world: dict[str, Any]) -> dict[
 
 def bulk_replay_rate(bootstrap: str, *, records: int, world: dict[str, Any]) -> dict[str, Any]:
     """Park ``records`` messages through the ingest code, then time one unthrottled bulk replay of them all
-    (claims, idempotent produce with acknowledgements, per-message audit events)."""
+    (claims, idempotent produce with acknowledgements, the answers recorded on a second connection, one
+    audit event for the action)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from access.models import Membership, Role

@@ -180,6 +180,16 @@ class DeadLetter(models.Model):
     # the console's work
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PARKED)
     status_changed_at = models.DateTimeField(null=True, blank=True)
+    # A bulk action audits itself once, with its counts; each message it closed points back to it here.
+    closed_by_bulk = models.ForeignKey(
+        "BulkAction",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,  # bulk actions are not deleted; an index would be one more to update per claim
+        help_text="the bulk action that replayed or skipped it (its audit event has the reason and counts)",
+    )
     ingested_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

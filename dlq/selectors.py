@@ -95,11 +95,14 @@ def filter_choices(user: AnyUser) -> dict[str, list[str]]:
 
 
 def audit_trail(dead_letter: DeadLetter, approval_ids: list[int], *, limit: int = 200) -> list[AuditEvent]:
-    """The audit events of a dead letter and of the approval requests about it, newest first."""
+    """The audit events of a dead letter, of the approval requests about it, and of the bulk actions that
+    replayed or skipped it (a bulk action is audited once for all its messages), newest first."""
+    bulks = {dead_letter.closed_by_bulk_id, *dead_letter.replays.values_list("bulk_id", flat=True)} - {None}
     return list(
         AuditEvent.objects.filter(
             Q(target_type="dead_letter", target_id=str(dead_letter.pk))
             | Q(target_type="approval", target_id__in=[str(a) for a in approval_ids])
+            | Q(target_type="bulk", target_id__in=[str(b) for b in bulks])
         ).order_by("-sequence")[:limit]
     )
 

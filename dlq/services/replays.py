@@ -11,10 +11,11 @@ target topic for the replay id (after the producer's delivery timeout, when no r
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from collections.abc import Sequence
-from datetime import timedelta
-from typing import TypedDict
+from datetime import datetime, timedelta
+from typing import Any, Protocol, TypedDict
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -33,12 +34,43 @@ from dlq.services.errors import Conflict, InvalidRequest, ReplayFailed
 from dlq.services.fixes import PayloadCheck, current_payload
 from dlq.services.kafka_io import OutgoingRecord
 from dlq.services.rendering import decode_headers
+from pipelines.models import Pipeline
 from pipelines.spec import SpecError
 from streamforge_core import contract as c
 from streamforge_core.kafka import topic_name_problem
 
-#: A replay whose broker answer is known: the dead letter, its Replay row, and the produced record.
-Answered = tuple[DeadLetter, Replay, OutgoingRecord]
+
+class ReplaySource(Protocol):
+    """What a replayed record is built from: a ``DeadLetter``, or a bulk replay's ``ClaimedRecord``.
+    ``headers`` in the stored ``[name, base64-or-null]`` form."""
+
+    @property
+    def pk(self) -> Any: ...
+    @property
+    def headers(self) -> Any: ...
+    @property
+    def key(self) -> Any: ...
+    @property
+    def coordinates(self) -> str: ...
+    @property
+    def cluster_id(self) -> Any: ...
+
+
+class Attempt(Protocol):
+    """A ``Replay`` row whose answer is being recorded: a ``Replay``, or a bulk replay's ``BulkAttempt``."""
+
+    pk: Any
+    replay_id: uuid.UUID
+    target_topic: str
+    state: str
+    error: str
+    finished_at: datetime | None
+    produced_partition: int | None
+    produced_offset: int | None
+
+
+#: A replay whose broker answer is known: what was replayed, its attempt, and the produced record.
+Answered = tuple[ReplaySource, Attempt, OutgoingRecord]
 
 
 class SettledReplays(TypedDict):
@@ -49,7 +81,7 @@ class SettledReplays(TypedDict):
 
 
 def replay_record(
-    dead_letter: DeadLetter, replay: Replay, value: bytes | None, actor_name: str
+    dead_letter: ReplaySource, replay: Attempt, value: bytes | None, actor_name: str
 ) -> OutgoingRecord:
     """The record a replay sends to ``replay.target_topic``: ``value``, the original key and headers (the
     DLQ's own headers removed), and the replay headers (replay id, the DLQ coordinates it replays, and
@@ -72,11 +104,20 @@ def replay_record(
 
 def allowed_targets(dead_letter: DeadLetter) -> set[str]:
     """The topics an operator (not an admin) may replay the dead letter to: the source and destination
-    topics of its owning pipeline's current spec. Never the record's headers: its source-topic header is
-    only a default, and is refused when the spec does not name it (a record's headers are written by
-    whoever could write to the DLQ topic). A dead letter without a pipeline can be replayed by admins only.
+    topics of its owning pipeline's current spec (``pipeline_targets``). Never the record's headers: its
+    source-topic header is only a default, and is refused when the spec does not name it (a record's
+    headers are written by whoever could write to the DLQ topic). A dead letter without a pipeline can be
+    replayed by admins only.
     """
-    pipeline = dead_letter.pipeline
+    return pipeline_targets(dead_letter.pipeline_id)
+
+
+def pipeline_targets(pipeline_id: int | None) -> set[str]:
+    """The source and destination topics of pipeline ``pipeline_id``'s current spec; empty when there is
+    no such pipeline, it has no revision, or its spec does not parse."""
+    if pipeline_id is None:
+        return set()
+    pipeline = Pipeline.objects.filter(pk=pipeline_id).select_related("current_revision").first()
     if pipeline is None or pipeline.current_revision is None:
         return set()
     try:
@@ -182,7 +223,7 @@ def replay(
     return attempt
 
 
-def _record_answers(attempts: Sequence[Replay]) -> None:
+def _record_answers(attempts: Sequence[Attempt]) -> None:
     """Store each attempt's state, error, finish time and landing place, leaving FAILED_AGAIN alone.
     PostgreSQL: one UPDATE joined to the attempts passed as six array parameters (``unnest``); elsewhere one
     parameterized statement per row in a single executemany. (Django's bulk_update builds a CASE per field
@@ -229,38 +270,50 @@ def _record_answers(attempts: Sequence[Replay]) -> None:
             )
 
 
+def record_answers(done: Sequence[Answered]) -> tuple[int, int]:
+    """Step 3 of the protocol, the rows only, in the caller's transaction: each attempt PRODUCED at its
+    partition and offset, or FAILED with the error (a FAILED_AGAIN stays: the replayed record can pass
+    through the pipeline, fail again and be ingested, ``ingest._link_replays``, before this commits, and
+    that outcome is the newer one); its dead letter REPLAYED, or PARKED again. Returns (succeeded, failed).
+    """
+    now = timezone.now()
+    produced: list[int] = []
+    failed: list[int] = []
+    for source, attempt, out in done:
+        attempt.finished_at = now
+        if out.error:
+            attempt.state, attempt.error = ReplayState.FAILED, out.error
+            failed.append(source.pk)
+        else:
+            attempt.state = ReplayState.PRODUCED
+            attempt.produced_partition, attempt.produced_offset = out.partition, out.offset
+            produced.append(source.pk)
+    _record_answers([a for _s, a, _o in done])
+    if produced:
+        DeadLetter.objects.filter(pk__in=among(produced), status=Status.REPLAYING).update(
+            status=Status.REPLAYED, status_changed_at=now
+        )
+    if failed:
+        DeadLetter.objects.filter(pk__in=among(failed), status=Status.REPLAYING).update(
+            status=Status.PARKED, status_changed_at=now
+        )
+    return len(produced), len(failed)
+
+
 def finish_replays(
-    done: Sequence[Answered],
+    done: Sequence[tuple[DeadLetter, Replay, OutgoingRecord]],
     *,
     actor: User | None,
     reason: str = "",
-    notify_console: bool = True,
 ) -> tuple[int, int]:
-    """Step 3 of the protocol for claimed replays whose broker answer is known: record it in one
-    transaction, REPLAYED/PRODUCED at the partition and offset, or PARKED/FAILED with the error, and one
-    audit event per dead letter (as ``actor``, or each replay's requester when None).
-    ``notify_console``: tell the console about each message (bulk actions report per chunk instead).
-    Returns (succeeded, failed)."""
-    now = timezone.now()
-    produced = [(d, a, o) for d, a, o in done if not o.error]
-    failed = [(d, a, o) for d, a, o in done if o.error]
-    for _d, attempt, out in produced:
-        attempt.state, attempt.finished_at = ReplayState.PRODUCED, now
-        attempt.produced_partition, attempt.produced_offset = out.partition, out.offset
-    for _d, attempt, out in failed:
-        attempt.state, attempt.error, attempt.finished_at = ReplayState.FAILED, out.error, now
+    """``record_answers`` in one transaction, with one audit event per dead letter (as ``actor``, or each
+    replay's requester when None) and the console told about each. For replays one by one (a person's,
+    or those settled after a crash); a bulk action records its answers with ``record_answers`` and audits
+    itself once. Returns (succeeded, failed)."""
     by_actor: dict[int, list[audit.Entry]] = {}
     actors: dict[int, User] = {}
     with transaction.atomic():
-        # FAILED_AGAIN stays: the replayed record can pass through the pipeline, fail again and be ingested
-        # (``ingest._link_replays``) before this transaction commits, and that outcome is the newer one.
-        _record_answers([a for _d, a, _o in done])
-        DeadLetter.objects.filter(
-            pk__in=among(d.pk for d, _a, _o in produced), status=Status.REPLAYING
-        ).update(status=Status.REPLAYED, status_changed_at=now)
-        DeadLetter.objects.filter(pk__in=among(d.pk for d, _a, _o in failed), status=Status.REPLAYING).update(
-            status=Status.PARKED, status_changed_at=now
-        )
+        ok, failed = record_answers(done)
         for dead_letter, attempt, out in done:
             who = actor or attempt.requested_by
             actors[who.pk] = who
@@ -284,17 +337,16 @@ def finish_replays(
                     },
                 )
             )
-            if notify_console:
-                status = Status.PARKED if out.error else Status.REPLAYED
-                notify.message_changed_on_commit(
-                    dead_letter, status=status, action=action, actor=who.get_username()
-                )
+            status = Status.PARKED if out.error else Status.REPLAYED
+            notify.message_changed_on_commit(
+                dead_letter, status=status, action=action, actor=who.get_username()
+            )
         for pk, entries in by_actor.items():
             audit.record_many(actor=actors[pk], entries=entries)
-    return len(produced), len(failed)
+    return ok, failed
 
 
-def _count_settled_in_bulks(done: Sequence[Answered]) -> None:
+def _count_settled_in_bulks(done: Sequence[tuple[DeadLetter, Replay, OutgoingRecord]]) -> None:
     """Add the settled replays that had landed to their bulk actions' figures. The dead worker never
     counted its last chunk; those that had not landed are PARKED again, so the bulk selects and counts
     them when it goes on."""

@@ -105,9 +105,9 @@ def test_six_approvers_approving_one_delete_at_once_erase_it_once(team, people, 
 def test_two_workers_claiming_the_same_bulk_chunk_replay_each_message_once(
     people, pipeline, park, github_events, source_topic, kafka_bootstrap, monkeypatch
 ):
-    """Guard: ``bulk._claim`` locks the still-parked rows (``select_for_update(skip_locked=True)``) before
-    moving them. Without the lock both workers read the same 40 parked rows before either commits, and
-    both replay all of them: 80 records on the topic (seen on PostgreSQL). The second rendezvous holds the
+    """Guard: ``bulk._claim`` moves only rows still parked, locked first with ``FOR UPDATE SKIP LOCKED``
+    (one ``UPDATE ... RETURNING``). Without the lock and the status condition both workers take the same
+    40 rows and both replay all of them: 80 records on the topic (seen on PostgreSQL). The second rendezvous holds the
     first claimer's transaction open until the other worker has claimed too (or 3 s passed), so the two
     claims always overlap."""
     parked = park(
