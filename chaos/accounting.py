@@ -22,6 +22,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from pipelines.dsl import Message, evaluate_destination
+from pipelines.spark.writer import replay_scope
 from pipelines.spec import PipelineSpec
 from streamforge_core import contract as c
 from streamforge_core.kafka import KafkaConnection, Record, consumer_config, record_size, retrying
@@ -120,8 +121,9 @@ def consume_all(
 
 @dataclass(frozen=True)
 class Expected:
-    """What one destination should do with one source record: ``kind`` is "produced", "filtered" or
-    "dlq"; ``error_type`` names the DLQ error type for "dlq"; ``value`` the produced bytes for "produced"."""
+    """What one destination should do with one source record: ``kind`` is "produced", "filtered", "dlq" or
+    "replay_skipped" (a replay for other destinations or another pipeline: nothing written);
+    ``error_type`` names the DLQ error type for "dlq"; ``value`` the produced bytes for "produced"."""
 
     kind: str
     error_type: str = ""
@@ -139,11 +141,14 @@ def expected_fates(
 
     Runs the pure-Python evaluator (the same code as dry runs), then applies the writer's size rule: a
     produced record larger than its topic's ``max.message.bytes`` (``topic_limits``, bytes) is dead-lettered
-    as RecordTooLarge. ``now_ms`` only matters for timestamp forms; the identity ignores timestamps.
+    as RecordTooLarge. A replayed record is expected only at the destinations it is for (the writer's
+    ``replay_scope``), "replay_skipped" at the others. ``now_ms`` only matters for timestamp forms; the identity ignores timestamps.
     """
     compiled = [(d.name, d.topic, d.compiled()) for d in spec.destinations]
+    names = [name for name, _topic, _dest in compiled]
     out: dict[Coordinates, dict[str, Expected]] = {}
     for record in records:
+        scope = replay_scope(list(record.headers), names, spec.dlq.topic)
         message = Message(
             value=record.value,
             key=record.key,
@@ -152,6 +157,9 @@ def expected_fates(
         )
         fates: dict[str, Expected] = {}
         for name, topic, dest in compiled:
+            if scope is not None and name not in scope:
+                fates[name] = Expected("replay_skipped")
+                continue
             outcome = evaluate_destination(dest, message, error_handling=spec.error_handling, now_ms=now_ms)
             if outcome.kind == "filtered":
                 fates[name] = Expected("filtered")
@@ -242,7 +250,8 @@ class Tally:
 
     ``expected_*``: what the evaluator says; ``delivered``: records whose outcome was found as expected at
     least once; ``lost``: expected produced or dead-lettered, found nowhere; ``duplicates``: extra copies
-    beyond the first (per record, summed); ``rerouted``: expected produced, dead-lettered as RetryExhausted
+    beyond the first (per record, summed); ``replay_written``: a replay written to a destination it was not
+    for (a replay wrote that destination a second copy; counted in ``wrong`` too); ``rerouted``: expected produced, dead-lettered as RetryExhausted
     instead (a transient failure that outlived its retries: not lost, reported); ``wrong``: an outcome of
     the wrong kind or error type, or output for a record that should have been filtered; ``value_mismatch``:
     produced with a value other than the evaluator's.
@@ -251,6 +260,8 @@ class Tally:
     expected_produced: int = 0
     expected_filtered: int = 0
     expected_dlq: int = 0
+    expected_replay_skipped: int = 0
+    replay_written: int = 0
     delivered: int = 0
     lost: int = 0
     duplicates: int = 0
@@ -265,6 +276,8 @@ class Tally:
             "expected_produced",
             "expected_filtered",
             "expected_dlq",
+            "expected_replay_skipped",
+            "replay_written",
             "delivered",
             "lost",
             "duplicates",
@@ -280,6 +293,8 @@ class Tally:
             "expected_produced": self.expected_produced,
             "expected_filtered": self.expected_filtered,
             "expected_dlq": self.expected_dlq,
+            "expected_replay_skipped": self.expected_replay_skipped,
+            "replay_written": self.replay_written,
             "delivered": self.delivered,
             "lost": self.lost,
             "duplicates": self.duplicates,
@@ -313,6 +328,16 @@ def tally(
             t = result.setdefault(name, Tally())
             seen = observed.fates.get((name, coordinates), [])
             where = f"{name} <- {coordinates[0]}/{coordinates[1]}/{coordinates[2]}"
+            if want.kind == "replay_skipped":
+                # A replay written where it was not for: that destination had the record already.
+                t.expected_replay_skipped += 1
+                if seen:
+                    t.replay_written += 1
+                    t.wrong += 1
+                    t.examples.append(f"{where}: a replay not for it was written there ({seen[0].where})")
+                else:
+                    t.delivered += 1
+                continue
             if want.kind == "filtered":
                 t.expected_filtered += 1
                 if seen:

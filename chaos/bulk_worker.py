@@ -6,6 +6,12 @@ worker is started again (devstack); the beat's ``dlq.resume_stale_bulks`` hands 
 heartbeat went stale, to the new worker, which settles the in-doubt chunk from the target topic and
 continues. Expected: COMPLETED, and every selected message replayed exactly once (its coordinates appear
 once in ``x-streamforge-replay-of`` on the target topic). The drivers, in their own sessions, survive.
+
+Then the messages parked since are replayed through the pipelines: a bulk replay per pipeline to each
+record's source topic, which all three pipelines read. Each replay carries the destinations it is for and
+the DLQ it came from, so only its own pipeline writes it, and only there; the identity check that follows
+expects exactly that (``chaos.accounting``: "replay_skipped" everywhere else) and fails on any replay
+written to a destination it was not for, which would be a second copy of a record that destination had.
 """
 
 from __future__ import annotations
@@ -25,7 +31,10 @@ from dlq.services import create_bulk
 from streamforge_core import contract as c
 from streamforge_core.kafka import KafkaConnection, admin_config
 
-TITLE = "Celery worker killed (kill -9) during a bulk replay; the bulk completes, each message replayed once"
+TITLE = (
+    "Celery worker killed (kill -9) during a bulk replay; the bulk completes, each message replayed once; "
+    "replays through the pipelines reach only the destinations they are for"
+)
 RATE = 40  # messages/s per bulk: slow enough that the kill lands mid-way
 
 
@@ -129,5 +138,43 @@ def run(ctx: Context) -> FaultResult:
             r.failures.append(
                 f"{len(selected)} replays recorded, {bulk.succeeded} succeeded, of {bulk.total} selected"
             )
+    _replay_through_pipelines(ctx, result, began)
     result.duration_s = time.monotonic() - began
     return result
+
+
+def _replay_through_pipelines(ctx: Context, result: FaultResult, began: float) -> None:
+    """The second part (module docstring): replay what was parked since, to the source, and check the
+    identity over the replayed records."""
+    bulks: dict[str, BulkAction] = {}
+    for mode, handle in ctx.pipelines.items():
+        if not DeadLetter.objects.filter(pipeline_name=handle.name, status=Status.PARKED).exists():
+            continue
+        bulks[mode] = create_bulk(
+            actor=ctx.actor,
+            kind="replay",
+            selection=MessageFilter.from_mapping({"pipeline": handle.name}),
+            reason="chaos: replay through the pipelines",
+            rate_limit=0,
+        )
+        result.actions.append(
+            f"+{time.monotonic() - began:.0f}s {mode}: bulk #{bulks[mode].pk} replays "
+            f"{bulks[mode].total} parked since to the source topic (read by every pipeline)"
+        )
+    for mode, bulk in bulks.items():
+        if wait_until(partial(_completed, bulk.pk), 300, 1.0) is None:
+            result.modes[mode].failures.append(f"bulk #{bulk.pk} through the pipeline did not complete")
+    check = FaultResult("replays_through_pipelines", "identity over the replayed records")
+    ctx.settle(check, time.monotonic())
+    for mode, checked in check.modes.items():
+        r = result.modes.setdefault(mode, ModeResult(mode))
+        replayed = BulkAction.objects.get(pk=bulks[mode].pk).succeeded if mode in bulks else 0
+        r.checks["through_pipeline"] = {
+            "replayed": replayed,
+            "window_records": checked.produced,
+            "lost": checked.lost,
+            "wrong": checked.wrong,
+            **{k: v for k, v in checked.checks.items() if k.startswith("replays_")},
+        }
+        r.failures.extend(f"through the pipeline: {f}" for f in checked.failures)
+        r.examples.extend(checked.examples[:5])

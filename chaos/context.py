@@ -158,6 +158,13 @@ class Context:
             r.examples = in_window.examples + everything.examples
             if in_window.lost or everything.lost:
                 r.failures.append(f"{in_window.lost} lost in this window, {everything.lost} lost so far")
+            r.checks["replays_skipped_as_expected"] = in_window.expected_replay_skipped
+            r.checks["replays_written_where_not_for"] = in_window.replay_written
+            if in_window.replay_written:
+                r.failures.append(
+                    f"{in_window.replay_written} replays written to a destination they were not for "
+                    "(a second copy of a record it had)"
+                )
             if in_window.wrong or in_window.value_mismatch:
                 r.failures.append(
                     f"{in_window.wrong} wrong outcomes, {in_window.value_mismatch} wrong values"

@@ -212,7 +212,9 @@ class DeadLetter(models.Model):
             models.Index(fields=["dlq_topic", "id"], name="dl_topic_id"),
             models.Index(fields=["last_failed_at", "id"], name="dl_failed_at_id"),
             models.Index(fields=["status", "status_changed_at"], name="dl_status_changed"),
-            models.Index(fields=["pipeline"], name="dl_pipeline"),  # for SET_NULL when a pipeline goes
+            # A source record's dead letters, one per destination it failed (the message page's siblings);
+            # its leading column also serves SET_NULL when a pipeline goes.
+            models.Index(fields=["pipeline", "source_offset", "source_partition"], name="dl_pipeline_source"),
             # PROTECT's check when a cluster is deleted; partial: the default cluster's rows are not in it
             models.Index(fields=["cluster"], condition=models.Q(cluster__isnull=False), name="dl_cluster"),
         ]
@@ -300,6 +302,13 @@ class Replay(models.Model):
     )
     bulk = models.ForeignKey("BulkAction", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     target_topic = models.CharField(max_length=249)
+    destinations = models.CharField(
+        max_length=500,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="the pipeline destinations it is for (x-streamforge-replay-destinations); empty: every one",
+    )
     state = models.CharField(max_length=16, choices=ReplayState.choices, default=ReplayState.PENDING)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     requested_at = models.DateTimeField(auto_now_add=True)

@@ -26,6 +26,8 @@ H_STACK_TRACE: Final = "x-streamforge-stack-trace"
 H_REPLAY_ID: Final = "x-streamforge-replay-id"
 H_REPLAY_OF: Final = "x-streamforge-replay-of"
 H_REPLAYED_BY: Final = "x-streamforge-replayed-by"
+#: Comma-separated destination names a replayed record is for; the others count it as replay-skipped.
+H_REPLAY_DESTINATIONS: Final = "x-streamforge-replay-destinations"
 
 # --- lineage on produced records: "topic/partition/offset" of the source record ---------------------------
 # Lets anyone holding only the outputs prove which source offsets arrived (the accounting identity).

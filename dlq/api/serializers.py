@@ -40,6 +40,7 @@ from dlq.services import (
     RenderedBytes,
     RenderedHeader,
     ReplaySummary,
+    Sibling,
     SourceCoordinates,
     runbooks_for,
 )
@@ -179,6 +180,9 @@ class ReplayResultSerializer(serializers.Serializer[Any]):
     replay_id = serializers.UUIDField()
     state = serializers.CharField()
     target_topic = serializers.CharField()
+    destinations = serializers.CharField(
+        help_text="the pipeline destinations the replayed record is for (comma-separated); empty: every one"
+    )
     partition = serializers.IntegerField(source="produced_partition", allow_null=True)
     offset = serializers.IntegerField(source="produced_offset", allow_null=True)
     dead_letter = serializers.IntegerField(source="dead_letter_id")
@@ -539,6 +543,9 @@ class ReplaySummarySerializer(serializers.Serializer[ReplaySummary]):
     replay_id = serializers.CharField()
     state = serializers.ChoiceField(ReplayState.choices)
     target_topic = serializers.CharField()
+    destinations = serializers.CharField(
+        help_text="the pipeline destinations the replayed record is for (comma-separated); empty: every one"
+    )
     requested_by = serializers.CharField()
     requested_at = serializers.DateTimeField()
     produced = ProducedAtSerializer(allow_null=True)
@@ -553,6 +560,15 @@ class ApprovalSummarySerializer(serializers.Serializer[ApprovalSummary]):
     kind = serializers.ChoiceField(ApprovalKind.choices)
     state = serializers.ChoiceField(ApprovalState.choices)
     requested_by = serializers.CharField()
+
+
+class SiblingSerializer(serializers.Serializer[Sibling]):
+    """Another dead letter of the same source record, at another destination of the pipeline."""
+
+    id = serializers.IntegerField()
+    destination = serializers.CharField()
+    error_type = serializers.CharField()
+    status = serializers.ChoiceField(Status.choices)
 
 
 class MessageInspectionSerializer(serializers.Serializer[MessageInspection]):
@@ -588,6 +604,11 @@ class MessageInspectionSerializer(serializers.Serializer[MessageInspection]):
     replays = ReplaySummarySerializer(many=True)
     replay_of = serializers.IntegerField(allow_null=True)
     later_failures = serializers.ListField(child=serializers.IntegerField())
+    siblings = SiblingSerializer(
+        many=True,
+        help_text="dead letters of the same source record at other destinations; each replay goes to its "
+        "own destination only, so replaying all of them writes every destination once",
+    )
     approvals = ApprovalSummarySerializer(many=True)
 
 

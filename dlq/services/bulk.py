@@ -61,7 +61,8 @@ from dlq.services.inspection import visible_dead_letters
 from dlq.services.kafka_io import OutgoingRecord
 from dlq.services.replays import (
     Answered,
-    pipeline_targets,
+    PipelineTopics,
+    pipeline_topics,
     record_answers,
     replay_record,
     resolve_in_doubt,
@@ -627,6 +628,7 @@ class ClaimedRecord:
     value: bytes | None
     headers: list[list[str | None]]
     cluster_id: int | None
+    destination: str
 
     @property
     def coordinates(self) -> str:
@@ -635,7 +637,8 @@ class ClaimedRecord:
 
 
 _CLAIMED_COLUMNS = (
-    "id, pipeline_id, source_topic, dlq_topic, dlq_partition, dlq_offset, key, value, headers, cluster_id"
+    "id, pipeline_id, source_topic, dlq_topic, dlq_partition, dlq_offset, key, value, headers, cluster_id, "
+    "destination"
 )
 
 
@@ -670,7 +673,7 @@ def _claim(ids: Sequence[int], to: str, bulk: BulkAction, *, returning: str = "i
 def _claim_records(ids: Sequence[int], bulk: BulkAction) -> list[ClaimedRecord]:
     """``_claim`` for a replay: the still-parked of ``ids`` moved to REPLAYING, as ``ClaimedRecord``."""
     claimed = []
-    for pk, pipeline_id, source, topic, partition, offset, key, value, stored, cluster_id in _claim(
+    for pk, pipeline_id, source, topic, partition, offset, key, value, stored, cluster_id, dest in _claim(
         ids, Status.REPLAYING, bulk, returning=_CLAIMED_COLUMNS
     ):
         claimed.append(
@@ -685,6 +688,7 @@ def _claim_records(ids: Sequence[int], bulk: BulkAction) -> list[ClaimedRecord]:
                 value=None if value is None else bytes(value),
                 headers=json.loads(stored) if isinstance(stored, str) else stored,
                 cluster_id=cluster_id,
+                destination=dest,
             )
         )
     return claimed
@@ -720,6 +724,7 @@ class BulkAttempt:
     pk: int
     replay_id: uuid.UUID
     target_topic: str
+    destinations: str
     state: str = ReplayState.PENDING
     error: str = ""
     finished_at: datetime | None = None
@@ -728,7 +733,7 @@ class BulkAttempt:
 
 
 _ATTEMPT_COLUMNS = (
-    "replay_id", "dead_letter_id", "payload_revision_id", "bulk_id", "target_topic", "state",
+    "replay_id", "dead_letter_id", "payload_revision_id", "bulk_id", "target_topic", "destinations", "state",
     "requested_by_id", "requested_at", "idempotency_key", "error",
 )  # fmt: skip
 
@@ -738,6 +743,7 @@ def _send_replay_chunk(bulk: BulkAction, ids: Sequence[int]) -> _ReplayChunk:
     records to the producer without waiting for the broker."""
     actor = bulk.created_by
     now = timezone.now()
+    pipelines: dict[int | None, PipelineTopics] = {}  # per pipeline: parsed once per chunk, not per message
     with transaction.atomic():
         rows = _claim_records(ids, bulk)
         latest = _latest_payloads([r.pk for r in rows])
@@ -745,24 +751,26 @@ def _send_replay_chunk(bulk: BulkAction, ids: Sequence[int]) -> _ReplayChunk:
         for row in rows:
             revision = latest.get(row.pk)
             target = bulk.target_topic or row.source_topic
+            if row.pipeline_id not in pipelines:
+                pipelines[row.pipeline_id] = pipeline_topics(row.pipeline_id)
+            scope = pipelines[row.pipeline_id].scope(row.destination, target)
             values.append(
-                (uuid.uuid4(), row.pk, revision[0] if revision else None, bulk.pk, target,
+                (uuid.uuid4(), row.pk, revision[0] if revision else None, bulk.pk, target, scope,
                  ReplayState.PENDING.value, actor.pk, now, "", "")
             )  # fmt: skip
         new_ids = bulk_insert.insert_values(Replay, _ATTEMPT_COLUMNS, values)
     attempts = [
-        BulkAttempt(pk=pk, replay_id=value[0], target_topic=value[4])
+        BulkAttempt(pk=pk, replay_id=value[0], target_topic=value[4], destinations=value[5])
         for pk, value in zip(new_ids, values, strict=True)
     ]
     outs = []
     done: list[Answered] = []
     admin = is_admin(actor)
-    allowed: dict[int | None, set[str]] = {}  # per pipeline: parsed once per chunk, not per message
     actor_name = actor.get_username()
     for row, attempt in zip(rows, attempts, strict=True):
         revision = latest.get(row.pk)
         value = revision[1] if revision is not None else row.value
-        refused = _refused_target(bulk, row, attempt.target_topic, admin=admin, allowed=allowed)
+        refused = _refused_target(bulk, attempt.target_topic, pipelines[row.pipeline_id], admin=admin)
         if refused:
             out = OutgoingRecord(topic="", key=None, value=None, headers=[], done=True, error=refused)
         else:
@@ -782,20 +790,14 @@ def _settle_replay_chunk(bulk: BulkAction, chunk: _ReplayChunk) -> tuple[int, in
     return len(chunk.done), ok, failed
 
 
-def _refused_target(
-    bulk: BulkAction, row: ClaimedRecord, target: str, *, admin: bool, allowed: dict[int | None, set[str]]
-) -> str:
-    """Why a bulk replay may not send ``row`` to ``target`` (empty: it may). The default target is the
-    record's source-topic header, which whoever wrote the DLQ record chose: a non-admin's bulk replays only
-    to the owning pipeline's topics, as a single replay does (``replays.pipeline_targets``; ``allowed``
-    caches them per pipeline id)."""
+def _refused_target(bulk: BulkAction, target: str, pipeline: PipelineTopics, *, admin: bool) -> str:
+    """Why a bulk replay may not send a message of ``pipeline`` to ``target`` (empty: it may). The default
+    target is the record's source-topic header, which whoever wrote the DLQ record chose: a non-admin's
+    bulk replays only to the owning pipeline's topics, as a single replay does
+    (``replays.allowed_targets``)."""
     if not target:
         return "no source topic to replay to"
-    if bulk.target_topic or admin:
-        return ""
-    if row.pipeline_id not in allowed:
-        allowed[row.pipeline_id] = pipeline_targets(row.pipeline_id)
-    if target in allowed[row.pipeline_id]:
+    if bulk.target_topic or admin or target in pipeline.targets:
         return ""
     return f"{target} is not a source or destination topic of the owning pipeline; replaying there needs an admin"
 

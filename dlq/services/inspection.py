@@ -77,12 +77,14 @@ class ProducedAt:
 
 @dataclass(frozen=True)
 class ReplaySummary:
-    """One replay attempt: its id (a UUID string, also the record's replay-id header), state, target,
-    who asked when, where it landed (None until produced), the broker's error, and its bulk action id."""
+    """One replay attempt: its id (a UUID string, also the record's replay-id header), state, target, the
+    pipeline destinations it is for (comma-separated; empty: every destination), who asked when, where it
+    landed (None until produced), the broker's error, and its bulk action id."""
 
     replay_id: str
     state: str
     target_topic: str
+    destinations: str
     requested_by: str
     requested_at: datetime
     produced: ProducedAt | None
@@ -101,11 +103,22 @@ class ApprovalSummary:
 
 
 @dataclass(frozen=True)
+class Sibling:
+    """Another dead letter of the same source record and pipeline: the record failed more than one
+    destination, and each failure is parked (and replayed, for its destination only) on its own."""
+
+    id: int
+    destination: str
+    error_type: str
+    status: str
+
+
+@dataclass(frozen=True)
 class MessageInspection:
     """Everything about one dead letter: the record (headers, key, value rendered), source coordinates,
     the failure, the pipeline revision that failed it, payload revisions with diffs, replays and their
-    outcomes, later failures of replays (dead letter ids), the dead letter it is a replay of, and
-    approval requests. ``pipeline`` and ``team`` are names, the DLQ topic's registered owner;
+    outcomes, later failures of replays (dead letter ids), the dead letter it is a replay of, the
+    siblings (dead letters of the same source record at other destinations), and approval requests. ``pipeline`` and ``team`` are names, the DLQ topic's registered owner;
     ``claimed_pipeline`` is what the record's pipeline header says and ``ownership_warning`` why that claim
     was not followed (empty when it agrees); ``group`` is the failure group id."""
 
@@ -133,6 +146,7 @@ class MessageInspection:
     replays: tuple[ReplaySummary, ...]
     replay_of: int | None
     later_failures: tuple[int, ...]
+    siblings: tuple[Sibling, ...]
     approvals: tuple[ApprovalSummary, ...]
 
     def has_pending_delete(self) -> bool:
@@ -256,6 +270,7 @@ def inspect_message(*, user: AnyUser, dead_letter: DeadLetter) -> MessageInspect
                 replay_id=str(r.replay_id),
                 state=r.state,
                 target_topic=r.target_topic,
+                destinations=r.destinations,
                 requested_by=r.requested_by.get_username(),
                 requested_at=r.requested_at,
                 produced=None
@@ -268,8 +283,28 @@ def inspect_message(*, user: AnyUser, dead_letter: DeadLetter) -> MessageInspect
         ),
         replay_of=dead_letter.replay_of_id,
         later_failures=tuple(dead_letter.later_failures.values_list("pk", flat=True)),
+        siblings=tuple(Sibling(*row) for row in _siblings(dead_letter)),
         approvals=tuple(
             ApprovalSummary(id=a.pk, kind=a.kind, state=a.state, requested_by=a.requested_by.get_username())
             for a in dead_letter.approvals.select_related("requested_by")
         ),
+    )
+
+
+def _siblings(dead_letter: DeadLetter) -> list[tuple[int, str, str, str]]:
+    """(id, destination, error type, status) of the other dead letters of the same pipeline and source
+    record, oldest first (index ``dl_pipeline_source``); none when the writer did not say the source."""
+    if dead_letter.pipeline_id is None or dead_letter.source_offset is None:
+        return []
+    return list(
+        DeadLetter.objects.filter(
+            pipeline_id=dead_letter.pipeline_id,
+            source_offset=dead_letter.source_offset,
+            source_partition=dead_letter.source_partition,
+            source_topic=dead_letter.source_topic,
+            team_id=dead_letter.team_id,
+        )
+        .exclude(pk=dead_letter.pk)
+        .order_by("id")
+        .values_list("id", "destination", "error_type", "status")[:50]
     )

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any, Protocol, TypedDict
 
 from django.conf import settings
@@ -62,6 +64,7 @@ class Attempt(Protocol):
     pk: Any
     replay_id: uuid.UUID
     target_topic: str
+    destinations: str
     state: str
     error: str
     finished_at: datetime | None
@@ -84,14 +87,17 @@ def replay_record(
     dead_letter: ReplaySource, replay: Attempt, value: bytes | None, actor_name: str
 ) -> OutgoingRecord:
     """The record a replay sends to ``replay.target_topic``: ``value``, the original key and headers (the
-    DLQ's own headers removed), and the replay headers (replay id, the DLQ coordinates it replays, and
-    who replayed it)."""
+    DLQ's own headers removed), and the replay headers (replay id, the DLQ coordinates it replays, who
+    replayed it, and, when ``replay.destinations`` is set, the destinations it is for: the driver writes
+    it only there, DESIGN.md "Contracts")."""
     sent_headers = headers.original_headers(decode_headers(dead_letter.headers))
     sent_headers += [
         (c.H_REPLAY_ID, str(replay.replay_id).encode()),
         (c.H_REPLAY_OF, dead_letter.coordinates.encode()),
         (c.H_REPLAYED_BY, actor_name.encode()),
     ]
+    if replay.destinations:
+        sent_headers.append((c.H_REPLAY_DESTINATIONS, replay.destinations.encode()))
     key = bytes(dead_letter.key) if dead_letter.key is not None else None
     return OutgoingRecord(
         topic=replay.target_topic,
@@ -104,27 +110,55 @@ def replay_record(
 
 def allowed_targets(dead_letter: DeadLetter) -> set[str]:
     """The topics an operator (not an admin) may replay the dead letter to: the source and destination
-    topics of its owning pipeline's current spec (``pipeline_targets``). Never the record's headers: its
+    topics of its owning pipeline's current spec (``PipelineTopics.targets``). Never the record's headers: its
     source-topic header is only a default, and is refused when the spec does not name it (a record's
     headers are written by whoever could write to the DLQ topic). A dead letter without a pipeline can be
     replayed by admins only.
     """
-    return pipeline_targets(dead_letter.pipeline_id)
+    return set(pipeline_topics(dead_letter.pipeline_id).targets)
 
 
-def pipeline_targets(pipeline_id: int | None) -> set[str]:
-    """The source and destination topics of pipeline ``pipeline_id``'s current spec; empty when there is
-    no such pipeline, it has no revision, or its spec does not parse."""
+@dataclass(frozen=True)
+class PipelineTopics:
+    """What a replay needs of the owning pipeline's current spec: its source topics and its destinations'
+    names and topics (all empty when there is no pipeline, no revision, or a spec that no longer parses)."""
+
+    sources: frozenset[str] = frozenset()
+    destinations: Mapping[str, str] = field(default_factory=dict)
+
+    @cached_property
+    def targets(self) -> frozenset[str]:
+        """Where an operator may replay to: the source and destination topics."""
+        return self.sources | {t for t in self.destinations.values() if t}
+
+    def scope(self, destination: str, target: str) -> str:
+        """The ``x-streamforge-replay-destinations`` value for a dead letter of ``destination`` (one name,
+        or several comma-separated, or ``*``) replayed to ``target``: its destination names when the
+        record goes back through this pipeline (``target`` is one of its sources) and every name is still
+        a destination of it; empty otherwise (the record is for every destination: a name the spec no
+        longer has would make every destination skip it, and skipping everywhere loses it)."""
+        if target not in self.sources:
+            return ""
+        names = [n.strip() for n in destination.split(",") if n.strip()]
+        if not names or any(n not in self.destinations for n in names):
+            return ""
+        return ",".join(names)
+
+
+def pipeline_topics(pipeline_id: int | None) -> PipelineTopics:
+    """The ``PipelineTopics`` of pipeline ``pipeline_id``'s current spec."""
     if pipeline_id is None:
-        return set()
+        return PipelineTopics()
     pipeline = Pipeline.objects.filter(pk=pipeline_id).select_related("current_revision").first()
     if pipeline is None or pipeline.current_revision is None:
-        return set()
+        return PipelineTopics()
     try:
         spec = pipeline.current_revision.parsed
     except SpecError:
-        return set()
-    return set(spec.source.topics) | {d.topic for d in spec.destinations if d.topic}
+        return PipelineTopics()
+    return PipelineTopics(
+        sources=frozenset(spec.source.topics), destinations={d.name: d.topic for d in spec.destinations}
+    )
 
 
 def _target_topic(actor: User, dead_letter: DeadLetter, requested: str) -> str:
@@ -205,6 +239,7 @@ def replay(
                 dead_letter=dead_letter,
                 payload_revision=latest,
                 target_topic=target,
+                destinations=pipeline_topics(dead_letter.pipeline_id).scope(dead_letter.destination, target),
                 requested_by=actor,
                 idempotency_key=idempotency_key,
             )

@@ -284,10 +284,16 @@ _COUNTS = {"type": "integer"}
 @extend_schema_field(
     {
         "type": "object",
-        "description": "destination name -> records produced, filtered and dead-lettered",
+        "description": "destination name -> records produced, filtered, dead-lettered, and replay-skipped "
+        "(replays for other destinations of the pipeline); the four add up to the records consumed",
         "additionalProperties": {
             "type": "object",
-            "properties": {"produced": _COUNTS, "filtered": _COUNTS, "dead_lettered": _COUNTS},
+            "properties": {
+                "produced": _COUNTS,
+                "filtered": _COUNTS,
+                "dead_lettered": _COUNTS,
+                "replay_skipped": _COUNTS,
+            },
         },
     }
 )

@@ -274,7 +274,7 @@ class Driver:
         destinations = {
             d.name: {
                 outcome: counts.get(f"dest:{d.name}:{outcome}", 0)
-                for outcome in ("produced", "filtered", "dead_lettered")
+                for outcome in ("produced", "filtered", "dead_lettered", "replay_skipped")
             }
             for d in self.spec.destinations
         }

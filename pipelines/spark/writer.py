@@ -15,6 +15,13 @@ cannot write transactionally. Here each record gets its own delivery report:
   fails, so the batch fails, so Spark commits nothing for it;
 * a destination topic that does not exist or may not be written is a ``Config`` halt.
 
+A replayed record that names its destinations (``x-streamforge-replay-destinations``, set by the console when
+it replays a dead letter of one destination) is produced or dead-lettered only for those; every other
+destination counts it as ``replay_skipped``, so a fan-out pipeline never writes a record twice because of a
+replay (DESIGN.md "Contracts"); a replay of another pipeline's dead letter (read from a shared source topic)
+is replay-skipped by every destination (``replay_restrictions``). Per destination: records = produced +
+filtered + dead_lettered + replay_skipped.
+
 In ``effectively_once`` mode each Spark partition (one Kafka source partition's offset range) is written in
 one Kafka transaction whose transactional id is derived from the pipeline and the source partition, and the
 range's end offset is committed to the pipeline's consumer group inside the same transaction
@@ -366,24 +373,36 @@ class BatchWriter:
         bad_rows = (
             pc.indices_nonzero(pc.is_valid(deser)).to_pylist() if deser.null_count < batch.num_rows else []
         )
+        names = [dest.name for dest in config.destinations]
+        restricted = replay_restrictions(batch.column("headers"), names, config.dlq_topic)
         for j in bad_rows:  # counted per destination below, dead-lettered once for all of them here
             message = deser[j].as_py()
-            self._dead_letter(
-                self._dlq_record(base | j, c.ALL_DESTINATIONS, None, c.MESSAGE_DESERIALIZATION, message, 1),
-                c.MESSAGE_DESERIALIZATION,
-            )
+            # A replay for some destinations that fails to decode fails for those only.
+            only = restricted.get(j)
+            dest_name = ",".join(n for n in names if n in only) if only is not None else c.ALL_DESTINATIONS
+            if dest_name:
+                self._dead_letter(
+                    self._dlq_record(base | j, dest_name, None, c.MESSAGE_DESERIALIZATION, message, 1),
+                    c.MESSAGE_DESERIALIZATION,
+                )
         produce = self._produce_fast
         for i, dest in enumerate(config.destinations):
             outcome = batch.column(f"o{i}")
             produced = pc.indices_nonzero(pc.equal(outcome, "produced"))
             dead = pc.indices_nonzero(pc.equal(outcome, "dead_lettered")).to_pylist()
+            skipped = {j for j, only in restricted.items() if dest.name not in only}
+            if skipped:  # replays for other destinations: neither produced nor dead-lettered here
+                produced = pa.array([j for j in produced.to_pylist() if j not in skipped], pa.uint64())
+                dead = [j for j in dead if j not in skipped]
+            dead_count = len(dead)  # decode failures included: they fail every destination
             dead = [
                 j for j in dead if not deser[j].is_valid
             ]  # already dead-lettered once for every destination
             self.counts[f"dest:{dest.name}:produced"] += len(produced)
-            self.counts[f"dest:{dest.name}:dead_lettered"] += len(dead) + len(bad_rows)
+            self.counts[f"dest:{dest.name}:dead_lettered"] += dead_count
+            self.counts[f"dest:{dest.name}:replay_skipped"] += len(skipped)
             self.counts[f"dest:{dest.name}:filtered"] += (
-                batch.num_rows - len(produced) - len(dead) - len(bad_rows)
+                batch.num_rows - len(produced) - dead_count - len(skipped)
             )
             for j in dead:
                 error_type = batch.column(f"e{i}")[j].as_py()
@@ -574,6 +593,66 @@ class BatchWriter:
             ],
             schema=_SUMMARY_ARROW,
         )
+
+
+def replay_restrictions(
+    headers: pa.Array, destinations: list[str], dlq_topic: str
+) -> dict[int, frozenset[str]]:
+    """The rows of a batch that are replays not for every destination of this pipeline: {row index: the
+    destinations it is for}. ``headers`` is the Kafka source's headers column (list<struct<key: string,
+    value: binary>>); found with Arrow compute over the flattened headers, so a batch without replays
+    costs a comparison per header and no Python per row.
+
+    * A replay of another pipeline's dead letter (``x-streamforge-replay-of`` names a DLQ topic other than
+      ``dlq_topic``; DLQ topics have one owner) is for none of them: every consumer of a source topic but
+      the one that failed the record already had it.
+    * ``x-streamforge-replay-destinations`` names the destinations it is for. Names that are not among
+      ``destinations`` (since renamed or removed) are dropped; when none is left the record is for every
+      destination, since skipping it everywhere would lose it.
+
+    When a header occurs twice the last one counts (the replay that sent this record appended it)."""
+    if len(headers) == 0 or headers.null_count == len(headers):
+        return {}
+    flat = pc.list_flatten(headers)
+    if len(flat) == 0:
+        return {}
+    keys = pc.struct_field(flat, "key")
+    wanted = pc.is_in(keys, pa.array([c.H_REPLAY_OF, c.H_REPLAY_DESTINATIONS]))
+    hits = pc.indices_nonzero(pc.fill_null(wanted, False))
+    if len(hits) == 0:
+        return {}
+    rows = pc.list_parent_indices(headers).take(hits).to_pylist()
+    names = keys.take(hits).to_pylist()
+    values = pc.struct_field(flat, "value").take(hits).to_pylist()
+    per_row: dict[int, list[tuple[str, bytes | None]]] = {}
+    for row, name, value in zip(rows, names, values, strict=True):
+        per_row.setdefault(row, []).append((name, value))
+    found: dict[int, frozenset[str]] = {}
+    for row, pairs in per_row.items():
+        scope = replay_scope(pairs, destinations, dlq_topic)
+        if scope is not None:
+            found[row] = scope
+    return found
+
+
+def replay_scope(
+    headers: list[tuple[str, bytes | None]], destinations: list[str], dlq_topic: str
+) -> frozenset[str] | None:
+    """The destinations of this pipeline a record with these headers is for: None for every one (not a
+    replay, or one for all of them), else the names (empty: none). The rules are ``replay_restrictions``'s;
+    ``chaos.accounting`` applies them to its expectations."""
+    replay_of = named = None
+    for name, value in headers:
+        if name == c.H_REPLAY_OF:
+            replay_of = (value or b"").decode("utf-8", "replace")
+        elif name == c.H_REPLAY_DESTINATIONS:
+            named = (value or b"").decode("utf-8", "replace")
+    if replay_of is not None and replay_of.rsplit("/", 2)[0] != dlq_topic:
+        return frozenset()
+    if named is None:
+        return None
+    only = frozenset(n.strip() for n in named.split(",")) & set(destinations)
+    return only or None
 
 
 def make_partition_writer(

@@ -86,6 +86,8 @@ def test_a_complete_run_balances_and_one_dlq_record_for_star_counts_for_every_de
         "expected_produced": 1,
         "expected_filtered": 2,
         "expected_dlq": 1,
+        "expected_replay_skipped": 0,
+        "replay_written": 0,
         "delivered": 4,
         "lost": 0,
         "duplicates": 0,
@@ -129,3 +131,35 @@ def test_outputs_without_lineage_are_counted_not_attributed():
     observed = _outputs([Record("pushes", 0, 0, None, b"{}", [], 0)], [], [])
     assert observed.unattributed == 1
     assert observed.fates == {}
+
+
+def test_a_replay_is_expected_only_where_it_is_for_and_one_written_elsewhere_is_caught():
+    """Offset 10 replays a ``pushes`` failure (for pushes only), 11 another pipeline's dead letter (for no
+    destination of this one), 12 a replay for every destination. Archive writing 10 again is a second
+    copy of a record it already had: counted as ``replay_written`` (and wrong), not as delivered."""
+    replays = [
+        Record(
+            SOURCE, 0, 10, b"k", PUSH, [(c.H_REPLAY_OF, b"dlq/0/1"), (c.H_REPLAY_DESTINATIONS, b"pushes")], 0
+        ),
+        Record(SOURCE, 0, 11, b"k", PUSH, [(c.H_REPLAY_OF, b"other.dlq/0/1")], 0),
+        Record(SOURCE, 0, 12, b"k", OTHER, [(c.H_REPLAY_OF, b"dlq/0/2")], 0),
+    ]
+    expected = accounting.expected_fates(SPEC, replays, LIMITS)
+    kinds = {k[2]: {d: e.kind for d, e in v.items()} for k, v in expected.items()}
+    assert kinds == {
+        10: {"pushes": "produced", "archive": "replay_skipped"},
+        11: {"pushes": "replay_skipped", "archive": "replay_skipped"},
+        12: {"pushes": "filtered", "archive": "produced"},
+    }
+    right = _outputs([produced("pushes", 10, b'{"a": "ann"}', 0)], [produced("archive", 12, OTHER, 0)], [])
+    tallies = accounting.tally(expected, right)
+    assert (tallies["archive"].expected_replay_skipped, tallies["archive"].replay_written) == (2, 0)
+    assert tallies["archive"].delivered == 3
+    twice = _outputs(
+        [produced("pushes", 10, b'{"a": "ann"}', 0)],
+        [produced("archive", 10, PUSH, 0), produced("archive", 12, OTHER, 1)],
+        [],
+    )
+    archive = accounting.tally(expected, twice)["archive"]
+    assert (archive.replay_written, archive.wrong, archive.delivered) == (1, 1, 2)
+    assert "a replay not for it was written there" in archive.examples[0]

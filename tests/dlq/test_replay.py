@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.db import connection
+from django.test import Client
 
 from dlq import services
 from dlq.ingest import TopicOwner, store_batch
@@ -16,7 +17,7 @@ from dlq.models import DeadLetter, Replay, ReplayState, Status
 from dlq.services import kafka_io, replays
 from streamforge_core import contract as c
 from streamforge_core.kafka import Record
-from tests.dlq.conftest import api_for, missing_size_push
+from tests.dlq.conftest import api_for, dlq_headers, missing_size_push
 from tests.pipelines.spark.harness import consume_all
 
 pytestmark = [pytest.mark.kafka]
@@ -31,6 +32,18 @@ def source_topic(pipeline, kafka_admin, make_topic):
     kafka_admin.create_topics([NewTopic(name, 1, 1)])[name].result(timeout=30)
     yield name
     kafka_admin.delete_topics([name])[name].result(timeout=30)
+
+
+def test_a_replay_is_for_the_dead_letters_destinations_when_it_goes_back_through_its_pipeline():
+    topics = replays.PipelineTopics(
+        sources=frozenset({"events"}), destinations={"pushes": "out.pushes", "archive": "out.archive"}
+    )
+    assert topics.scope("pushes", "events") == "pushes"
+    assert topics.scope("archive,pushes", "events") == "archive,pushes"
+    assert topics.scope(c.ALL_DESTINATIONS, "events") == ""  # did not decode: failed everywhere
+    assert topics.scope("renamed", "events") == ""  # no longer in the spec: every destination, not none
+    assert topics.scope("pushes", "out.pushes") == ""  # straight to a destination topic: no pipeline
+    assert topics.targets == {"events", "out.pushes", "out.archive"}
 
 
 @pytest.mark.django_db
@@ -65,6 +78,9 @@ def test_a_replay_sends_the_fixed_payload_with_the_original_key_and_headers(
     assert record.header(c.H_REPLAY_ID) == body["replay_id"]
     assert record.header(c.H_REPLAY_OF) == dead.coordinates
     assert record.header(c.H_REPLAYED_BY) == "olga"
+    # It failed at "pushes": the pipeline writes the replay there only, not to "pull-requests" again.
+    assert record.header(c.H_REPLAY_DESTINATIONS) == "pushes"
+    assert body["destinations"] == "pushes"
     assert DeadLetter.objects.get(pk=dead.pk).status == Status.REPLAYED
     again = api.post(f"/api/dlq/messages/{dead.pk}/replay/", {}, format="json")
     assert again.status_code == 409
@@ -188,3 +204,44 @@ def test_a_replayed_record_that_fails_again_is_linked_to_its_earlier_failure(
     assert list(services.inspect_message(user=people["viewer"], dead_letter=first).later_failures) == [
         second.pk
     ]
+
+
+@pytest.mark.django_db
+def test_the_dead_letters_of_one_source_record_are_shown_together_and_each_replays_to_its_destination(
+    people, pipeline, github_events, source_topic, kafka_bootstrap
+):
+    """One source record failed both destinations: two dead letters (two DLQ records), siblings of each
+    other on the API and the page; replaying each writes it for its own destination only."""
+    topic = pipeline.current_revision.spec["dlq"]["topic"]
+    records = [
+        Record(
+            topic=topic,
+            partition=0,
+            offset=500 + i,
+            key=b"k",
+            value=github_events[0],
+            headers=dlq_headers(
+                pipeline, error_type="JsonPathNotFound", message="no", source_offset=42, destination=name
+            ),
+            timestamp_ms=None,
+        )
+        for i, name in enumerate(("pushes", "pull-requests"))
+    ]
+    store_batch(records, {topic: TopicOwner(pipeline.team_id, pipeline.pk, pipeline.name)})
+    pushes, prs = DeadLetter.objects.filter(pipeline=pipeline).order_by("id")
+    api = api_for(people["operator"])
+
+    detail = api.get(f"/api/dlq/messages/{pushes.pk}/").json()
+    assert detail["siblings"] == [
+        {"id": prs.pk, "destination": "pull-requests", "error_type": "JsonPathNotFound", "status": "parked"}
+    ]
+    browser = Client()
+    browser.force_login(people["viewer"])
+    page = browser.get(f"/dlq/messages/{prs.pk}/").content.decode()
+    assert f'href="/dlq/messages/{pushes.pk}/">pushes</a>' in page
+
+    for dead in (pushes, prs):
+        assert api.post(f"/api/dlq/messages/{dead.pk}/replay/", {}, format="json").status_code == 201
+    sent = consume_all(kafka_bootstrap, source_topic)
+    assert sorted(r.header(c.H_REPLAY_DESTINATIONS) for r in sent) == ["pull-requests", "pushes"]
+    assert api.get(f"/api/dlq/messages/{pushes.pk}/").json()["siblings"][0]["status"] == "replayed"
