@@ -35,7 +35,8 @@ TITLE = (
     "Celery worker killed (kill -9) during a bulk replay; the bulk completes, each message replayed once; "
     "replays through the pipelines reach only the destinations they are for"
 )
-RATE = 40  # messages/s per bulk: slow enough that the kill lands mid-way
+RATE = 40  # messages/s per bulk at most: slow enough that the kill lands mid-way
+LASTS_S = 10  # ... and at least this long, whatever the backlog (a quick run parks about a hundred)
 
 
 def _completed(pk: int) -> bool:
@@ -62,7 +63,7 @@ def run(ctx: Context) -> FaultResult:
             kind="replay",
             selection=MessageFilter.from_mapping({"pipeline": handle.name}),
             reason="chaos: worker killed mid-bulk",
-            rate_limit=RATE,
+            rate_limit=max(1, min(RATE, parked // LASTS_S)),
             target_topic=target,
         )
         result.actions.append(

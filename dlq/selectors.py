@@ -6,6 +6,7 @@ payload tabs) lives in ``dlq.presenters``; every mutation goes through ``dlq.ser
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -26,6 +27,8 @@ from dlq.models import (
     DeadLetter,
     FailureGroup,
     GroupHourlyCount,
+    Replay,
+    ReplayState,
     Runbook,
     RunbookAction,
     Status,
@@ -51,10 +54,32 @@ def message_rows(
     page = keyset_page(
         qs.defer("key", "value", "headers"), key=order, before=before, after=after, size=LIST_PAGE_SIZE
     )
+    again = failed_again([row.pk for row in page.rows if row.status == Status.REPLAYED])
     for row in page.rows:
         if row.team_id in hidden and row.key_text:
             row.key_text = services.MASK
+        # The badge: a replayed message whose replay came back to a DLQ says so, not "replayed".
+        row.status_shown = FAILED_AGAIN_BADGE if row.pk in again else row.status
     return page
+
+
+#: The status badge of a replayed dead letter whose latest replay failed again (see ``failed_again``).
+FAILED_AGAIN_BADGE = "failed_again"
+
+
+def failed_again(ids: Collection[int]) -> set[int]:
+    """Those of ``ids`` whose latest replay is FAILED_AGAIN: the replayed record came back to a DLQ (its
+    new dead letter links here), so "replayed" would tell the operator the wrong thing. One query."""
+    if not ids:
+        return set()
+    latest: dict[int, str] = {}
+    for dead_letter_id, state in (
+        Replay.objects.filter(dead_letter_id__in=list(ids))
+        .order_by("dead_letter_id", "requested_at", "id")
+        .values_list("dead_letter_id", "state")
+    ):
+        latest[dead_letter_id] = state
+    return {pk for pk, state in latest.items() if state == ReplayState.FAILED_AGAIN}
 
 
 def status_counts(user: AnyUser, selection: MessageFilter) -> dict[str, int]:

@@ -109,6 +109,13 @@ def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "audit": selectors.audit_trail(dead_letter, [a.id for a in info.approvals]),
             "can_operate": can_operate,
             "parked": dead_letter.status == Status.PARKED,
+            "status_shown": selectors.FAILED_AGAIN_BADGE
+            if dead_letter.pk in selectors.failed_again([dead_letter.pk])
+            else dead_letter.status,
+            # Where a replay now would fail again (the button then asks first, naming them).
+            "would_fail": services.would_fail_again(dead_letter, services.current_payload(dead_letter)[0])
+            if can_operate and dead_letter.status == Status.PARKED
+            else [],
             "can_request_delete": can_operate
             and dead_letter.status not in (Status.DELETED, Status.REPLAYING)
             and not info.has_pending_delete(),

@@ -75,6 +75,8 @@ class ServiceErrorsMixin:
             return Response(
                 {exc.field: [getattr(exc, "message", str(exc))]}, status=status.HTTP_400_BAD_REQUEST
             )
+        if isinstance(exc, services.WouldFailAgain):
+            return Response({"detail": str(exc), "would_fail": exc.failures}, status=status.HTTP_409_CONFLICT)
         if isinstance(exc, services.Conflict):
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         if isinstance(exc, services.ReplayFailed):

@@ -37,7 +37,7 @@ from dlq.services.bulk import (
     run_bulk,
     stale_bulk_ids,
 )
-from dlq.services.errors import Conflict, InvalidRequest, ReplayFailed
+from dlq.services.errors import Conflict, InvalidRequest, ReplayFailed, WouldFailAgain
 from dlq.services.fixes import (
     DestinationOutcome,
     DraftCheck,
@@ -76,7 +76,14 @@ from dlq.services.rendering import (
     render_headers,
     withheld_payload,
 )
-from dlq.services.replays import SettledReplays, allowed_targets, replay, resolve_in_doubt, skip
+from dlq.services.replays import (
+    SettledReplays,
+    allowed_targets,
+    replay,
+    resolve_in_doubt,
+    skip,
+    would_fail_again,
+)
 from dlq.services.retention import apply_retention, set_policy
 
 __all__ = [
@@ -106,6 +113,7 @@ __all__ = [
     "SettledReplays",
     "Sibling",
     "SourceCoordinates",
+    "WouldFailAgain",
     "allowed_targets",
     "apply_retention",
     "approve",
@@ -142,4 +150,5 @@ __all__ = [
     "stale_bulk_ids",
     "visible_dead_letters",
     "withheld_payload",
+    "would_fail_again",
 ]

@@ -19,3 +19,13 @@ class Conflict(Exception):
 
 class ReplayFailed(Exception):
     """The broker did not acknowledge the replayed record (HTTP 503); the dead letter is PARKED again."""
+
+
+class WouldFailAgain(Conflict):
+    """A replay whose payload the pipeline's current revision would dead-letter again at a destination the
+    replay is for (HTTP 409, with ``failures``: ``{destination, error_type, error_message}`` each). Replayed
+    anyway with ``force`` and a reason."""
+
+    def __init__(self, message: str, failures: list[dict[str, str | None]]) -> None:
+        self.failures = failures
+        super().__init__(message)

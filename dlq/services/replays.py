@@ -30,10 +30,10 @@ from access.id_lists import among
 from access.models import Role
 from access.permissions import is_admin, require_role
 from dlq import headers
-from dlq.models import BulkAction, DeadLetter, PayloadRevision, Replay, ReplayState, Status
+from dlq.models import BulkAction, DeadLetter, Replay, ReplayState, Status
 from dlq.services import kafka_io, notify
-from dlq.services.errors import Conflict, InvalidRequest, ReplayFailed
-from dlq.services.fixes import PayloadCheck, current_payload
+from dlq.services.errors import Conflict, InvalidRequest, ReplayFailed, WouldFailAgain
+from dlq.services.fixes import DestinationOutcome, check_payload, current_payload
 from dlq.services.kafka_io import OutgoingRecord
 from dlq.services.rendering import decode_headers
 from pipelines.models import Pipeline
@@ -182,15 +182,38 @@ def _target_topic(actor: User, dead_letter: DeadLetter, requested: str) -> str:
     return target
 
 
-def _check_fixed_payload(latest: PayloadRevision | None, *, force: bool, reason: str) -> None:
-    check = PayloadCheck.from_json(latest.dsl_check) if latest is not None else None
-    if check is None or check.would_pass:
+def would_fail_again(
+    dead_letter: DeadLetter, value: bytes | None, *, target: str = ""
+) -> list[DestinationOutcome]:
+    """The destinations a replay of ``value`` to ``target`` (default: the record's source topic) is for
+    where the owning pipeline's current revision would dead-letter it again, with the error it would get
+    (``fixes.check_payload``, the evaluator the Spark job agrees with). Empty when it would pass there, when
+    the target is not a source of the pipeline (nothing evaluates it), or when there is nothing to check
+    against (no pipeline, no revision, no value)."""
+    target = target or dead_letter.source_topic
+    topics = pipeline_topics(dead_letter.pipeline_id)
+    if value is None or target not in topics.sources:
+        return []
+    check = check_payload(dead_letter=dead_letter, value=value)
+    if check is None:
+        return []
+    scope = topics.scope(dead_letter.destination, target)
+    names = set(scope.split(",")) if scope else None
+    return [d for d in check.dead_lettered() if names is None or d.destination in names]
+
+
+def _refuse_a_failing_payload(failing: list[DestinationOutcome], *, force: bool, reason: str) -> None:
+    if not failing:
         return
     if not force:
-        where = ", ".join(f"{d.destination} ({d.error_type})" for d in check.dead_lettered())
-        raise Conflict(
-            f"the fixed payload would be dead-lettered again at {where}; fix it again or replay with force "
-            "and a reason"
+        where = ", ".join(f"{d.destination} ({d.error_type})" for d in failing)
+        raise WouldFailAgain(
+            f"the payload would be dead-lettered again at {where}; fix it first, or replay with force and "
+            "a reason",
+            [
+                {"destination": d.destination, "error_type": d.error_type, "error_message": d.error_message}
+                for d in failing
+            ],
         )
     if not reason.strip():
         raise InvalidRequest("reason", "a forced replay of a payload that fails the check needs a reason")
@@ -215,9 +238,11 @@ def replay(
     to ``target_topic`` (default: its source topic), and mark it REPLAYED once the broker acknowledged.
 
     Exactly one replay per claim: of concurrent calls only one claims the PARKED message; the others get
-    Conflict, or, when they carry the same ``idempotency_key``, the winner's Replay. A fixed payload
-    whose DSL check fails is refused unless ``force`` (with a reason).
-    Raises InvalidRequest, Conflict, PermissionDenied, ReplayFailed (the message is PARKED again).
+    Conflict, or, when they carry the same ``idempotency_key``, the winner's Replay. A payload (fixed or
+    original) that the pipeline's current revision would dead-letter again at a destination this replay is
+    for is refused with WouldFailAgain naming them (``would_fail_again``), unless ``force`` (with a reason).
+    Raises InvalidRequest, Conflict (WouldFailAgain), PermissionDenied, ReplayFailed (the message is PARKED
+    again).
     """
     require_role(actor, dead_letter.team, Role.OPERATOR)
     if idempotency_key:
@@ -234,7 +259,10 @@ def replay(
                 raise Conflict(not_parked_message(dead_letter.pk))
             # Read after the claim: no fix can slip in between the check and the produce.
             value, latest = current_payload(dead_letter)
-            _check_fixed_payload(latest, force=force, reason=reason)
+            # Checked now, against the current revision: a fix checked against an older one, or an
+            # original payload never fixed, may fail again where this replay goes.
+            failing = would_fail_again(dead_letter, value, target=target)
+            _refuse_a_failing_payload(failing, force=force, reason=reason)
             attempt = Replay.objects.create(
                 dead_letter=dead_letter,
                 payload_revision=latest,

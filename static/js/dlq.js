@@ -110,7 +110,9 @@ window.StreamForgeDlq = (function () {
 
   function perform(button, reason) {
     const method = button.dataset.method || "POST";
-    const body = method === "DELETE" ? undefined : { reason: reason };
+    // data-body: more JSON fields to send with the reason (a forced replay sends {"force": true})
+    const extra = button.dataset.body ? JSON.parse(button.dataset.body) : {};
+    const body = method === "DELETE" ? undefined : Object.assign({ reason: reason }, extra);
     button.disabled = true;
     return api(method, button.dataset.post, body).then(function (answer) {
       button.disabled = false;

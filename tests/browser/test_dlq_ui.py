@@ -176,6 +176,29 @@ def test_an_operator_fixes_a_payload_checks_it_replays_it_and_sees_the_audit_ent
     assert json.loads(record.value)["payload"]["size"] == 1
 
 
+def test_a_replay_that_would_fail_again_asks_first_naming_the_destination(
+    open_page, people, pipeline, bad_push, kafka_bootstrap
+):
+    """Never fixed, the payload would be dead-lettered again at "pushes": the Replay button opens a
+    confirmation that says where and why, and sends only with a reason (forced, audited)."""
+    [dead] = store(pipeline, [(b"repo-2", bad_push, "JsonPathNotFound", "path /payload/size not found")])
+    page = open_page(people["operator"])
+    page.goto(f"/dlq/messages/{dead.pk}/")
+    page.get_by_test_id("replay").click()
+    dialog = page.get_by_test_id("confirm-dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text("would dead-letter this payload again at pushes (JsonPathNotFound")
+    page.get_by_test_id("confirm-submit").click()  # no reason: refused in the page, nothing sent
+    expect(page.get_by_test_id("confirm-error")).to_contain_text("A reason is required")
+    assert consume_all(kafka_bootstrap, pipeline.current_revision.spec["source"]["topics"][0]) == []
+    page.get_by_test_id("confirm-reason").fill("r2 of the pipeline reads the size from the commits")
+    page.get_by_test_id("confirm-submit").click()
+    expect(dialog).to_be_hidden()
+    expect(page.locator('#message-head [data-field="status"]')).to_have_text("replayed")
+    expect(page.locator('#message-audit tr[data-action="dlq.replay"]')).to_contain_text("r2 of the pipeline")
+    assert len(consume_all(kafka_bootstrap, pipeline.current_revision.spec["source"]["topics"][0])) == 1
+
+
 def test_a_skip_needs_a_reason_and_a_delete_request_is_approved_by_a_second_person(
     open_page, people, pipeline, bad_push
 ):

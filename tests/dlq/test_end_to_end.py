@@ -101,8 +101,16 @@ def test_a_fixed_github_event_is_replayed_through_the_running_pipeline(
             "size": event["payload"]["size"],
         }
 
-        # Replayed without a fix, the second one fails again and comes back linked to its first failure.
-        again = operator.post(f"/api/dlq/messages/{as_is.pk}/replay/", {}, format="json")
+        # Replayed without a fix it would fail again: refused, naming where, until forced with a reason.
+        warned = operator.post(f"/api/dlq/messages/{as_is.pk}/replay/", {}, format="json")
+        assert warned.status_code == 409
+        assert [(w["destination"], w["error_type"]) for w in warned.json()["would_fail"]] == [
+            ("pushes", "JsonPathNotFound")
+        ]
+        assert DeadLetter.objects.get(pk=as_is.pk).status == Status.PARKED  # nothing was claimed
+        again = operator.post(
+            f"/api/dlq/messages/{as_is.pk}/replay/", {"force": True, "reason": "see it fail"}, format="json"
+        )
         assert again.status_code == 201
         ingest_until(
             ingester, lambda: DeadLetter.objects.filter(replay_of=as_is).exists(), 120, "the second failure"

@@ -204,6 +204,43 @@ def test_a_replayed_record_that_fails_again_is_linked_to_its_earlier_failure(
     assert list(services.inspect_message(user=people["viewer"], dead_letter=first).later_failures) == [
         second.pk
     ]
+    # Its badge says so, on its page and in the list, instead of "replayed".
+    DeadLetter.objects.filter(pk=first.pk).update(status=Status.REPLAYED)
+    browser = Client()
+    browser.force_login(people["viewer"])
+    page = browser.get(f"/dlq/messages/{first.pk}/").content.decode()
+    assert 'class="state status-failed_again"' in page
+    listing = browser.get("/dlq/", {"pipeline": pipeline.name}).content.decode()
+    assert listing.count('class="state status-failed_again"') == 1  # the first; the second is parked
+    assert listing.count('class="state status-parked"') == 1
+
+
+@pytest.mark.django_db
+def test_a_replay_that_would_fail_again_is_refused_naming_where_until_forced_with_a_reason(
+    people, pipeline, park, github_events, source_topic, kafka_bootstrap
+):
+    [dead] = park(
+        pipeline,
+        [(b"k", missing_size_push(github_events), "JsonPathNotFound", "path /payload/size not found")],
+    )
+    api = api_for(people["operator"])
+    url = f"/api/dlq/messages/{dead.pk}/replay/"
+    refused = api.post(url, {}, format="json")
+    assert refused.status_code == 409
+    assert "would be dead-lettered again at pushes (JsonPathNotFound)" in refused.json()["detail"]
+    assert [(w["destination"], w["error_type"]) for w in refused.json()["would_fail"]] == [
+        ("pushes", "JsonPathNotFound")
+    ]
+    browser = Client()
+    browser.force_login(people["operator"])
+    page = browser.get(f"/dlq/messages/{dead.pk}/").content.decode()
+    assert f"Replay #{dead.pk} although it would fail again?" in page  # the button asks first
+    assert api.post(url, {"force": True}, format="json").status_code == 400  # a reason is required
+    assert DeadLetter.objects.get(pk=dead.pk).status == Status.PARKED
+    assert consume_all(kafka_bootstrap, source_topic) == []
+    forced = api.post(url, {"force": True, "reason": "the pipeline is fixed in r2"}, format="json")
+    assert forced.status_code == 201
+    assert len(consume_all(kafka_bootstrap, source_topic)) == 1
 
 
 @pytest.mark.django_db
