@@ -28,6 +28,7 @@ from devstack.services import (
     services,
     start,
     stop,
+    stop_pipeline_drivers,
 )
 
 
@@ -130,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
             for service in _select(profile, args.services):
                 print(start(profile, service), flush=True)
         else:
+            if not args.services:  # the whole stack: its pipelines' drivers first, or they outlive it
+                for line in stop_pipeline_drivers(profile):
+                    print(line, flush=True)
             for service in reversed(_select(profile, args.services, every=True)):
                 print(stop(profile, service), flush=True)
     except (StackError, jars.JarFetchError, ValueError) as exc:

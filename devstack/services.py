@@ -10,6 +10,7 @@ waited on.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -735,4 +736,43 @@ def services(profile: Profile, *, every: bool = False) -> list[Service]:
         _worker(profile),
         _beat(profile),
         _dlq_ingest(profile),
+    ]
+
+
+def pipeline_drivers(profile: Profile) -> list[psutil.Process]:
+    """The Spark drivers of this profile's pipelines still running: ``python -m pipelines.spark.driver``
+    processes whose checkpoint directory lies under the profile's state directory (the launcher puts it
+    there; each driver runs in its own session, so stopping the worker that launched it does not stop it)."""
+    state = str(profile.state_dir.resolve()) + os.sep
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info.get("cmdline") or []
+        if "pipelines.spark.driver" not in cmdline or "--checkpoint-dir" not in cmdline:
+            continue
+        at = cmdline.index("--checkpoint-dir") + 1
+        if at < len(cmdline) and str(Path(cmdline[at]).resolve()).startswith(state):
+            found.append(proc)
+    return found
+
+
+def stop_pipeline_drivers(profile: Profile, *, grace: float = 60.0) -> list[str]:
+    """Stop this profile's running pipeline drivers before the stack goes: SIGTERM (the driver finishes
+    its micro-batch, commits, stops its JVM and exits), then after ``grace`` seconds SIGKILL of whatever
+    is left of their process groups. Returns a line per driver saying how it ended. Left running, a driver
+    outlives the stack, holding a core and retrying a broker that is gone."""
+    named: list[tuple[str, psutil.Process]] = []
+    for proc in pipeline_drivers(profile):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            cmdline = proc.cmdline()
+            name = cmdline[cmdline.index("--pipeline") + 1] if "--pipeline" in cmdline else "?"
+            proc.send_signal(signal.SIGTERM)
+            named.append((name, proc))
+    _gone, alive = psutil.wait_procs([proc for _name, proc in named], timeout=grace)
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
+            os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
+    return [
+        f"pipeline driver {name} (pid {proc.pid}): "
+        + (f"killed after {grace:.0f} s" if proc in alive else "stopped")
+        for name, proc in named
     ]
