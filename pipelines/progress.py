@@ -29,7 +29,14 @@ from django.utils import timezone
 from pipelines import broadcast
 from pipelines.clusters import connection_for
 from pipelines.lag import consumer_group_lag
-from pipelines.models import MetricSample, PartitionProgress, Pipeline, PipelineRun, PipelineTotals
+from pipelines.models import (
+    ACTIVE_STATES,
+    MetricSample,
+    PartitionProgress,
+    Pipeline,
+    PipelineRun,
+    PipelineTotals,
+)
 from streamforge_core import contract as c
 from streamforge_core import redis_client
 
@@ -441,6 +448,7 @@ class PipelineMetrics(TypedDict):
     pipeline: str
     state: str
     lag: int | None
+    lag_source: str
     partitions: list[PartitionLag]
     consumer_group: ConsumerGroupLag
     rate_window_seconds: int
@@ -477,7 +485,9 @@ def pipeline_metrics(
 ) -> PipelineMetrics:
     """What the metrics endpoint shows (shape: ``pipelines.api.serializers.MetricsSerializer``).
 
-    ``partitions``/``lag``: each source partition's lag after the last batch that read it.
+    ``partitions``/``lag``: each source partition's lag after the last batch that read it while a driver
+    runs; when none does (stopped, halted, failed), the consumer group's, read from Kafka now
+    (``lag_source`` says which: "batches" or "consumer_group").
     ``consumer_group``: the same as Kafka's consumer group sees it, live (``error`` when Kafka does not
     answer). ``rates``: records per second over the last ``RATE_WINDOW_SECONDS``. ``totals``: since creation.
     ``series``: with ``range_seconds``, samples of that range downsampled by ``metric_series`` into
@@ -521,6 +531,10 @@ def pipeline_metrics(
             ]
         except Exception as exc:  # Kafka down must not break the page; say so instead
             group["error"] = str(exc)
+    # No driver runs: the last batch's figures stand still while producers go on, so the lag is Kafka's.
+    lag_source = "batches"
+    if pipeline.state not in ACTIVE_STATES and "partitions" in group:
+        partitions, lag_source = list(group["partitions"]), "consumer_group"
     window = pipeline.metric_samples.filter(time_ms__gte=now_ms - RATE_WINDOW_SECONDS * 1000).aggregate(
         consumed=Sum("consumed"), produced=Sum("produced"), dead_lettered=Sum("dead_lettered")
     )
@@ -547,6 +561,7 @@ def pipeline_metrics(
         "pipeline": pipeline.name,
         "state": pipeline.state,
         "lag": sum(p["lag"] for p in partitions) if partitions else None,
+        "lag_source": lag_source,
         "partitions": partitions,
         "consumer_group": group,
         "rate_window_seconds": RATE_WINDOW_SECONDS,

@@ -382,6 +382,11 @@ class MetricsSerializer(serializers.Serializer[PipelineMetrics]):
     pipeline = serializers.CharField()
     state = serializers.CharField()
     lag = serializers.IntegerField(allow_null=True)
+    lag_source = serializers.ChoiceField(
+        ["batches", "consumer_group"],
+        help_text="batches: after the last batch of the running driver; consumer_group: read from Kafka "
+        "now, because no driver runs (the last batch's figure would stand still)",
+    )
     partitions = PartitionLagSerializer(many=True)
     consumer_group = ConsumerGroupLagSerializer()
     rate_window_seconds = serializers.IntegerField()

@@ -240,6 +240,11 @@ def test_a_managed_pipeline_runs_recovers_stops_and_halts(world, kafka_bootstrap
     assert PipelineRun.objects.filter(pipeline__name="managed").count() == 2, (
         "a stopped pipeline stays stopped"
     )
+    # While stopped, the lag does not freeze at the last batch's figure: it is the consumer group's, now
+    produce(kafka_bootstrap, source, records(RECORDS + 29_000, 40), partitions=2)
+    stopped = operator.get("/api/pipelines/managed/metrics/").json()
+    assert stopped["lag_source"] == "consumer_group"
+    assert stopped["lag"] == stopped["consumer_group"]["lag"] == 40
 
     # When it is started again, it resumes where it stopped and catches up
     assert operator.post("/api/pipelines/managed/start/").status_code == 202
@@ -247,7 +252,7 @@ def test_a_managed_pipeline_runs_recovers_stops_and_halts(world, kafka_bootstrap
     produce(kafka_bootstrap, source, records(RECORDS + 30_000, 1000), partitions=2)
     until(
         lambda: (
-            caught_up(RECORDS + 31_000) and PipelineRun.objects.get(pk=third.pk).last_batch_id is not None
+            caught_up(RECORDS + 31_040) and PipelineRun.objects.get(pk=third.pk).last_batch_id is not None
         ),
         240,
         "the third run caught up",
