@@ -28,7 +28,7 @@ from access import audit
 from pipelines.clusters import connection_for
 from pipelines.models import ACTIVE_STATES, DesiredState, Pipeline, PipelineRun, PipelineState
 from pipelines.supervision.exits import _end_run
-from pipelines.supervision.processes import _alive, _children, _hostname, _signal_process
+from pipelines.supervision.processes import _alive, _children, _hostname, _kill_group, _signal_process
 from pipelines.supervision.status import _status
 from streamforge_core import contract as c
 from streamforge_core.kafka import KafkaConnection, admin_config, connection_environment
@@ -177,7 +177,16 @@ def _launch(run: PipelineRun, workdir: Path, conn: KafkaConnection) -> None:
         created = psutil.Process(process.pid).create_time()
     except psutil.Error:
         created = None
-    PipelineRun.objects.filter(pk=run.pk).update(pid=process.pid, process_started_at=created)
+    # Only onto a run that is still open: one ended meanwhile (a stop, or a judge) must not get a driver.
+    stored = PipelineRun.objects.filter(pk=run.pk, ended_at=None).update(
+        pid=process.pid, process_started_at=created
+    )
+    if not stored:
+        log.warning(
+            "run %s of %s ended while its driver was launched: stopping it", run.run_id, run.pipeline.name
+        )
+        _kill_group(process.pid)
+        raise RuntimeError("the run ended while its driver was being launched")
     run.pid, run.process_started_at = process.pid, created
 
 

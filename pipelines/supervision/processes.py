@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from pipelines.models import PipelineRun
+from pipelines.models import PipelineRun, PipelineState
 
 #: Drivers launched by this process, by pid: polled by ``reconcile`` so an exited child is reaped (not left
 #: a zombie that still "has" a pid) and its exit code is known even without an exit report.
@@ -47,11 +47,16 @@ def _kill_group(pid: int) -> None:
 
 
 def _alive(run: PipelineRun) -> bool | None:
-    """Whether the run's driver process exists: None when it cannot be told from here (another host)."""
+    """Whether the run's driver process exists: None when it cannot be told (another host, or a launch
+    still in progress)."""
     if run.host != _hostname():
         return None
     if run.pid is None:
-        return False
+        # STARTING without a pid: the starting worker is launching it (topics, then the process) and has
+        # not stored the pid yet. Judging it dead here started a second driver on the same checkpoint
+        # (seen in `make chaos`: CONCURRENT_STREAM_LOG_UPDATE in a restart loop). The start timeout still
+        # ends a launch that never happened.
+        return None if run.state == PipelineState.STARTING else False
     child = _children.get(run.pid)
     if child is not None:
         return child.poll() is None

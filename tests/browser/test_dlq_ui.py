@@ -331,6 +331,22 @@ def take_queued_task(queue: str, bulk_id: int) -> bool:
     return False
 
 
+def test_a_group_card_counts_an_arrival_live_in_parked_all_time_and_the_last_24_hours(
+    open_page, people, pipeline, bad_push
+):
+    """The card's three counts move together when a dead letter of the group arrives (the last 24 hours
+    used to stay one behind until a reload)."""
+    [first] = store(pipeline, [(b"g-1", bad_push, "JsonPathNotFound", "path /payload/size not found")])
+    page = open_page(people["viewer"])
+    page.goto("/dlq/groups/")
+    expect(page.get_by_test_id("live-indicator")).to_have_text("live")
+    card = page.locator(f'[data-group="{first.group_id}"]')
+    expect(card.locator('[data-field="last_24h"]')).to_have_text("1")
+    store(pipeline, [(b"g-2", bad_push, "JsonPathNotFound", "path /payload/size not found")])
+    for field in ("parked", "count", "last_24h"):
+        expect(card.locator(f'[data-field="{field}"]')).to_have_text("2")
+
+
 def test_a_runbook_leads_to_a_counted_bulk_replay_whose_progress_moves_live(
     open_page, asgi_server, people, pipeline, bad_push, team
 ):

@@ -305,3 +305,60 @@ def test_a_driver_is_not_judged_silent_while_redis_could_not_hold_its_heartbeats
         assert (run.state, run.error_type) == (PipelineState.RESTARTING, "Stale")
     finally:
         reconciler._redis = real_redis
+
+
+@pytest.mark.redis
+@pytest.mark.django_db
+def test_a_reconcile_during_the_launch_does_not_judge_the_starting_run_dead(supervised, monkeypatch):
+    """A start commits its run (STARTING, no pid yet), then ensures the topics and launches the process.
+    A reconcile tick in between used to find no pid, judge the run "Lost" and restart it, while the first
+    driver came up anyway: two drivers on one checkpoint, failing with CONCURRENT_STREAM_LOG_UPDATE in a
+    restart loop (seen in `make chaos`). Guard: a STARTING run without a pid is not judged from here."""
+    pipeline, _operator, behaviour = supervised
+    behaviour["name"] = "run"
+    reports = []
+
+    def topics_then_a_reconcile(admin, spec):
+        reports.append(supervision.reconcile())  # another worker's tick, mid-launch
+        return TopicPlan([], [], [])
+
+    monkeypatch.setattr("pipelines.topics.ensure_topics", topics_then_a_reconcile)
+    Pipeline.objects.filter(pk=pipeline.pk).update(desired_state=DesiredState.RUNNING)
+    run = supervision.start_pipeline(pipeline_id=pipeline.pk)
+
+    assert run is not None
+    assert len(reports) == 1
+    assert reports[0].ended == []
+    run.refresh_from_db()
+    assert (run.state, run.ended_at) == (PipelineState.STARTING, None)
+    assert run.pid is not None
+    _tick_until(lambda: _state(pipeline) == PipelineState.RUNNING)
+    assert PipelineRun.objects.filter(pipeline=pipeline).count() == 1
+
+
+@pytest.mark.redis
+@pytest.mark.django_db
+def test_a_driver_launched_onto_a_run_that_ended_meanwhile_is_stopped_at_once(supervised, monkeypatch):
+    """Whatever ended the run during the launch (a stop, a judge), no driver may outlive it."""
+    pipeline, _operator, behaviour = supervised
+    behaviour["name"] = "run"
+    real_popen = launcher.subprocess.Popen
+    started = []
+
+    def popen_after_the_run_ended(*args, **kwargs):
+        PipelineRun.objects.filter(pipeline=pipeline).update(
+            state=PipelineState.STOPPED, ended_at=timezone.now()
+        )
+        process = real_popen(*args, **kwargs)
+        started.append(process)
+        return process
+
+    monkeypatch.setattr(launcher.subprocess, "Popen", popen_after_the_run_ended)
+    Pipeline.objects.filter(pk=pipeline.pk).update(desired_state=DesiredState.RUNNING)
+    run = supervision.start_pipeline(pipeline_id=pipeline.pk)
+
+    assert run is not None
+    assert len(started) == 1
+    assert started[0].wait(10) == -signal.SIGKILL
+    run.refresh_from_db()
+    assert run.pid is None
