@@ -19,6 +19,7 @@
     if (!card) { document.getElementById("new-groups").hidden = false; return; }
     bump(card.querySelector('[data-field="parked"]'), msg.count);
     bump(card.querySelector('[data-field="count"]'), msg.count);
+    bump(card.querySelector('[data-field="last_24h"]'), msg.count);  // an arrival now is in the last 24 h
   }, function () { dlq.refresh(["groups"]); });
 
   document.addEventListener("submit", function (event) {
