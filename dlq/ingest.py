@@ -585,8 +585,17 @@ class Ingester:
         return result
 
     def assigned(self) -> bool:
-        """Whether the consumer currently owns partitions (it has joined the group)."""
-        return self._consumer is not None and bool(self._consumer.assignment())
+        """Whether the consumer currently owns partitions (it has joined the group). Never raises: it is
+        asked from another thread (the command's readiness loop), and a consumer closed by a failing run
+        answers RuntimeError; that crashed the command's main thread after a broker restart (`make chaos`)
+        and ingest stopped until the process was restarted."""
+        consumer = self._consumer
+        if consumer is None:
+            return False
+        try:
+            return bool(consumer.assignment())
+        except (RuntimeError, KafkaException):
+            return False
 
     def run(self) -> None:
         """Loop until ``stop`` is set (SIGTERM/SIGINT set it when run from the management command)."""
@@ -594,9 +603,9 @@ class Ingester:
             while not self.stop.is_set():
                 self.run_once()
         finally:
-            if self._consumer is not None:
-                self._consumer.close()
-                self._consumer = None
+            consumer, self._consumer = self._consumer, None  # forgotten before it is closed
+            if consumer is not None:
+                consumer.close()
 
     def install_signal_handlers(self) -> None:
         """SIGTERM and SIGINT finish the current batch, then stop."""

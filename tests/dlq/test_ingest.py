@@ -219,3 +219,25 @@ def test_a_recreated_dlq_topic_is_read_as_new_records_not_as_re_reads(
         ingester.stop.set()
         ingester.run()
         kafka_admin.delete_topics([topic])
+
+
+@pytest.mark.kafka
+def test_asking_whether_a_failed_ingesters_consumer_is_assigned_never_raises(kafka_bootstrap):
+    """The command's main thread asks ``assigned()`` while ingester threads fail and retry. A run that
+    failed (a commit refused during a broker restart) closes its consumer; asking a closed consumer raised
+    RuntimeError in the main thread, which ended the command's loop, and ingest stopped after the broker
+    came back (`make chaos`, broker restart). Guards: the run forgets its consumer before closing it, and
+    ``assigned()`` answers False for a closed one."""
+    from dlq.ingest import Ingester
+
+    ingester = Ingester(bootstrap_servers=kafka_bootstrap, group_id=f"assigned-{uuid.uuid4()}")
+    consumer = ingester._make_consumer()
+    ingester._consumer = consumer
+    consumer.close()  # as a failed run's finally does, seen from another thread before it is forgotten
+    assert ingester.assigned() is False
+
+    ingester._consumer = ingester._make_consumer()
+    ingester.stop.set()
+    ingester.run()  # returns at once; its finally closes the consumer
+    assert ingester._consumer is None
+    assert ingester.assigned() is False
