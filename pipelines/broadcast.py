@@ -87,6 +87,11 @@ class StatusUpdate(TypedDict):
     reason: str
     run_id: str | None
     attempt: int | None
+    #: ``supervision.available_actions``: the lifecycle buttons worth offering in this state.
+    actions: list[str]
+    #: The current revision's number, and the one the active driver runs (None: no driver runs).
+    revision: int | None
+    running_revision: int | None
 
 
 class AlertUpdate(TypedDict):

@@ -29,6 +29,7 @@ from django.utils import timezone
 from pipelines import broadcast
 from pipelines.clusters import connection_for
 from pipelines.lag import consumer_group_lag
+from pipelines.lifecycle import available_actions, revision_numbers
 from pipelines.models import (
     ACTIVE_STATES,
     MetricSample,
@@ -447,6 +448,10 @@ class PipelineMetrics(TypedDict):
 
     pipeline: str
     state: str
+    desired_state: str
+    actions: list[str]
+    revision: int | None
+    running_revision: int | None
     lag: int | None
     lag_source: str
     partitions: list[PartitionLag]
@@ -485,6 +490,8 @@ def pipeline_metrics(
 ) -> PipelineMetrics:
     """What the metrics endpoint shows (shape: ``pipelines.api.serializers.MetricsSerializer``).
 
+    ``actions``: ``lifecycle.available_actions``; ``revision`` / ``running_revision``: the current
+    revision's number and the one the active driver runs (``lifecycle.revision_numbers``).
     ``partitions``/``lag``: each source partition's lag after the last batch that read it while a driver
     runs; when none does (stopped, halted, failed), the consumer group's, read from Kafka now
     (``lag_source`` says which: "batches" or "consumer_group").
@@ -557,9 +564,14 @@ def pipeline_metrics(
         "commits_failed": int(t.commits_failed),
     }
     last = pipeline.metric_samples.select_related("run").order_by("-time_ms", "-id").first()
+    current_revision, running_revision = revision_numbers(pipeline)
     result: PipelineMetrics = {
         "pipeline": pipeline.name,
         "state": pipeline.state,
+        "desired_state": pipeline.desired_state,
+        "actions": available_actions(pipeline.state, pipeline.desired_state),
+        "revision": current_revision,
+        "running_revision": running_revision,
         "lag": sum(p["lag"] for p in partitions) if partitions else None,
         "lag_source": lag_source,
         "partitions": partitions,

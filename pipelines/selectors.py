@@ -31,7 +31,8 @@ def visible_pipelines(user: AnyUser) -> QuerySet[Pipeline]:
 
 @dataclass(frozen=True)
 class OverviewRow:
-    """One pipeline on the overview: its states, ``figures`` (rates, lag, worst partition, dead-lettered
+    """One pipeline on the overview: its states, its current revision and the one its driver runs (None when
+    none runs), ``figures`` (rates, lag, worst partition, dead-lettered
     total, see ``broadcast.LiveFigures``), the alerts firing now (rule, severity, summary) and its DLQ
     backlog: dead letters parked in the console, waiting for an operator (``pipelines.backlog``)."""
 
@@ -41,6 +42,7 @@ class OverviewRow:
     desired_state: str
     state_reason: str
     revision: int | None
+    running_revision: int | None
     figures: LiveFigures
     alerts: list[dict[str, str]]
     dlq_backlog: int
@@ -54,6 +56,7 @@ class OverviewRow:
             "desired_state": self.desired_state,
             "state_reason": self.state_reason,
             "revision": self.revision,
+            "running_revision": self.running_revision,
             "figures": self.figures,
             "alerts": self.alerts,
             "dlq_backlog": self.dlq_backlog,
@@ -70,6 +73,11 @@ def overview_rows(user: AnyUser, *, now_ms: int | None = None) -> list[OverviewR
             {"rule": alert.rule, "severity": alert.severity, "summary": alert.summary}
         )
     backlog = parked_backlog([p.pk for p in pipelines])
+    running = dict(
+        PipelineRun.objects.filter(pipeline__in=pipelines, state__in=ACTIVE_STATES).values_list(
+            "pipeline_id", "revision__number"
+        )
+    )
     return [
         OverviewRow(
             name=p.name,
@@ -78,6 +86,7 @@ def overview_rows(user: AnyUser, *, now_ms: int | None = None) -> list[OverviewR
             desired_state=p.desired_state,
             state_reason=p.state_reason,
             revision=p.current_revision.number if p.current_revision else None,
+            running_revision=running.get(p.pk),
             figures=progress.live_figures(pipeline_id=p.pk, now_ms=now_ms),
             alerts=firing.get(p.pk, []),
             dlq_backlog=backlog.get(p.pk, 0),

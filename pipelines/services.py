@@ -26,6 +26,7 @@ from pipelines import dlq_owners
 from pipelines.dsl import Message, Outcome, evaluate_destination
 from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster, Pipeline, PipelineRevision
 from pipelines.spec import PipelineSpec, SpecError, parse_spec
+from pipelines.supervision.status import announce_status
 from streamforge_core.kafka import KafkaConnection
 from streamforge_core.text import UNENCODABLE, is_encodable, unencodable_path
 
@@ -194,6 +195,7 @@ def _add_revision(*, pipeline: Pipeline, actor: User, spec: PipelineSpec, commen
     )
     pipeline.current_revision = revision
     pipeline.save(update_fields=["current_revision", "updated_at"])
+    announce_status(pipeline)  # its page says "running r1, r2 saved" at once
     return revision
 
 

@@ -26,6 +26,7 @@ from access.permissions import has_role, is_admin
 from pipelines import editor, presenters, selectors, supervision
 from pipelines.clusters import connection_for
 from pipelines.diffs import diff_lines
+from pipelines.lifecycle import available_actions, revision_numbers
 from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster, Pipeline
 from pipelines.progress import RATE_WINDOW_SECONDS
 from pipelines.services import (
@@ -87,12 +88,15 @@ def pipeline_detail(request: HttpRequest, name: str) -> HttpResponse:
     pipeline = _visible_pipeline(request, name)
     revision = pipeline.current_revision
     spec = revision.parsed if revision is not None else None
+    _current, running_revision = revision_numbers(pipeline)
     return render(
         request,
         "pipelines/detail.html",
         {
             "pipeline": pipeline,
             "revision": revision,
+            "running_revision": running_revision,
+            "actions": available_actions(pipeline.state, pipeline.desired_state),
             "spec": spec,
             "spec_json": spec_text(revision.spec) if revision is not None else "",
             "destinations": presenters.destination_views(spec) if spec else [],

@@ -339,6 +339,8 @@ SPECTACULAR_SETTINGS = {
         "ReplayStateEnum": "dlq.models.ReplayState",
         "DeadLetterStatusEnum": "dlq.models.Status",
         "DslKindEnum": ["filter", "transform", "key_transform", "header_transform", "timestamp"],
+        "LifecycleActionEnum": ["start", "stop", "restart"],
+        "RunbookActionEnum": ["fix", "replay", "skip", "request_delete", "bulk_replay", "bulk_skip"],
     },
 }
 

@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from access.models import Team
 from pipelines.dsl import ErrorHandling
+from pipelines.lifecycle import revision_numbers
 from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster, Pipeline, PipelineRun
 from pipelines.progress import (
     BatchFigures,
@@ -171,6 +172,10 @@ class PipelineSerializer(serializers.ModelSerializer[Pipeline]):
     team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="name", read_only=True)
     cluster = serializers.SerializerMethodField(help_text="the Kafka cluster it runs on (default: KAFKA_*)")
     revision = serializers.IntegerField(source="current_revision.number", read_only=True, allow_null=True)
+    running_revision = serializers.SerializerMethodField(
+        help_text="the revision the active driver runs (null: none runs); differs from revision after a save "
+        "until a restart applies it"
+    )
     spec = StoredSpecField(source="current_revision.spec", read_only=True, allow_null=True)
     current_run = serializers.SerializerMethodField()
 
@@ -178,12 +183,15 @@ class PipelineSerializer(serializers.ModelSerializer[Pipeline]):
         model = Pipeline
         fields = [
             "name", "description", "team", "cluster", "desired_state", "state", "state_reason", "consecutive_failures",
-            "next_restart_at", "revision", "spec", "current_run", "created_at", "updated_at",
+            "next_restart_at", "revision", "running_revision", "spec", "current_run", "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
 
     def get_cluster(self, pipeline: Pipeline) -> str:
         return pipeline.cluster.name if pipeline.cluster is not None else DEFAULT_CLUSTER_NAME
+
+    def get_running_revision(self, pipeline: Pipeline) -> int | None:
+        return revision_numbers(pipeline)[1]
 
     @extend_schema_field(RunSerializer(allow_null=True))
     def get_current_run(self, pipeline: Pipeline) -> dict[str, Any] | None:
@@ -381,6 +389,17 @@ class MetricsSerializer(serializers.Serializer[PipelineMetrics]):
 
     pipeline = serializers.CharField()
     state = serializers.CharField()
+    desired_state = serializers.CharField()
+    actions = serializers.ListField(
+        child=serializers.ChoiceField(["start", "stop", "restart"]),
+        help_text="the lifecycle requests that change something in this state",
+    )
+    revision = serializers.IntegerField(allow_null=True, help_text="the current revision's number")
+    running_revision = serializers.IntegerField(
+        allow_null=True,
+        help_text="the revision the active driver runs (null: none runs); differs from revision after a save "
+        "until a restart applies it",
+    )
     lag = serializers.IntegerField(allow_null=True)
     lag_source = serializers.ChoiceField(
         ["batches", "consumer_group"],

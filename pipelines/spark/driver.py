@@ -159,6 +159,9 @@ class Driver:
         self.started_ms = int(time.time() * 1000)
         self.session: SparkSession | None = None
         self.writer_config: WriterConfig | None = None
+        #: Set once ``writeStream.start()`` returned: until then the driver is "starting" (preflight, the JVM,
+        #: the Spark session, the query's first planning), and supervision keeps the pipeline STARTING.
+        self.query_started = threading.Event()
 
     # -- side channels ------------------------------------------------------------------------------------
 
@@ -174,27 +177,35 @@ class Driver:
             # Progress is for people; the data path never waits on it (the next batch reports cumulative offsets).
             log.warning("could not publish progress: %s", exc)
 
+    def phase(self) -> str:
+        """What the driver is doing, as its heartbeat reports it: ``starting`` until the streaming query has
+        started, then ``waiting-for-first-batch`` until a micro-batch completed, then ``running``."""
+        if not self.query_started.is_set():
+            return "starting"
+        return "running" if self.last_batch else "waiting-for-first-batch"
+
+    def _beat(self) -> None:
+        """Write one heartbeat (Redis key ``c.heartbeat_key``, 30 s expiry); a Redis error is logged only."""
+        beat = {
+            "pipeline": self.options.pipeline,
+            "revision": self.options.revision,
+            "run_id": self.options.run_id,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "app_id": self.session.sparkContext.applicationId if self.session else "",
+            "time_ms": int(time.time() * 1000),
+            "last_batch_id": self.last_batch.get("batch_id"),
+            "phase": self.phase(),
+        }
+        try:
+            self.redis.set(c.heartbeat_key(self.options.pipeline), json.dumps(beat), ex=30)
+        except redis.RedisError as exc:
+            log.warning("could not write heartbeat: %s", exc)
+
     def _heartbeat(self) -> None:
         """Beat at once, then every ``heartbeat_seconds``: a driver still starting Spark is alive too."""
         while True:
-            app_id = self.session.sparkContext.applicationId if self.session else ""
-            beat = {
-                "pipeline": self.options.pipeline,
-                "revision": self.options.revision,
-                "run_id": self.options.run_id,
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "app_id": app_id,
-                "time_ms": int(time.time() * 1000),
-                "last_batch_id": self.last_batch.get("batch_id"),
-                "phase": "running"
-                if self.last_batch
-                else ("starting" if not app_id else "waiting-for-first-batch"),
-            }
-            try:
-                self.redis.set(c.heartbeat_key(self.options.pipeline), json.dumps(beat), ex=30)
-            except redis.RedisError as exc:
-                log.warning("could not write heartbeat: %s", exc)
+            self._beat()
             if self.stop_requested.wait(self.options.heartbeat_seconds):
                 return
 
@@ -358,6 +369,8 @@ class Driver:
         if strategy.kind == "time":
             writer = writer.trigger(processingTime=f"{strategy.interval_ms} milliseconds")
         query = writer.start()
+        self.query_started.set()
+        self._beat()  # supervision shows RUNNING now, not a heartbeat later
         self._install_signal_handlers(query)
         self._publish({"type": "started", "pipeline": options.pipeline, "run_id": options.run_id,
                        "app_id": self.session.sparkContext.applicationId, "time_ms": int(time.time() * 1000)})  # fmt: skip

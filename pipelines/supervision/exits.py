@@ -20,7 +20,7 @@ from access import audit
 from pipelines import progress
 from pipelines.models import DesiredState, Pipeline, PipelineRun, PipelineState
 from pipelines.supervision.processes import _hostname, _kill_group, read_log_tail
-from pipelines.supervision.status import _status
+from pipelines.supervision.status import announce_status
 from streamforge_core import contract as c
 
 log = logging.getLogger("pipelines.supervision")
@@ -162,7 +162,7 @@ def _end_run(
             progress.count_failed_commit(pipeline_id=pipeline.pk)  # the batch in flight was not committed
         pipeline.state, pipeline.state_reason = pipeline_state, reason
         run.state = verdict.run_state
-        _status(pipeline, run)
+        announce_status(pipeline, run)
     if run.pid is not None and run.host == _hostname():
         _kill_group(run.pid)  # leftovers (a JVM or Python worker outliving the driver) go with it
     log.info("pipeline %s run %s ended: %s (%s)", pipeline.name, run.run_id, verdict.run_state, reason)

@@ -29,7 +29,7 @@ from pipelines.clusters import connection_for
 from pipelines.models import ACTIVE_STATES, DesiredState, Pipeline, PipelineRun, PipelineState
 from pipelines.supervision.exits import _end_run
 from pipelines.supervision.processes import _alive, _children, _hostname, _kill_group, _signal_process
-from pipelines.supervision.status import _status
+from pipelines.supervision.status import announce_status
 from streamforge_core import contract as c
 from streamforge_core.kafka import KafkaConnection, admin_config, connection_environment
 
@@ -123,7 +123,7 @@ def start_pipeline(*, pipeline_id: int, now: datetime | None = None) -> Pipeline
             },
         )
     pipeline.state = PipelineState.STARTING
-    _status(pipeline, run)
+    announce_status(pipeline, run)
     try:
         conn = connection_for(pipeline.cluster)
     except ValueError as exc:  # an unreadable password or a broken cluster row: restarting cannot help
@@ -225,7 +225,7 @@ def stop_pipeline(*, pipeline_id: int) -> PipelineRun | None:
             details={"run_id": str(run.run_id), "pid": run.pid},
         )
         run.pipeline.state = PipelineState.STOPPING
-        _status(run.pipeline, run)
+        announce_status(run.pipeline, run)
     if run.pid is not None and run.host == _hostname() and _alive(run) is not False:
         _signal_process(run.pid, signal.SIGTERM)
     return run

@@ -29,7 +29,7 @@ from pipelines.supervision.processes import (
     _kill_group,
     read_log_tail,
 )
-from pipelines.supervision.status import _status
+from pipelines.supervision.status import announce_status
 from streamforge_core import contract as c
 from streamforge_core import redis_client
 
@@ -92,7 +92,9 @@ def _note_heartbeat(run: PipelineRun, beat: dict[str, Any]) -> None:
     fields: dict[str, Any] = {"last_heartbeat_at": at, "spark_app_id": beat.get("app_id") or run.spark_app_id}
     PipelineRun.objects.filter(pk=run.pk).update(**fields)
     run.last_heartbeat_at = at
-    if run.state == PipelineState.STARTING:
+    # A beat proves the driver alive; RUNNING waits for its streaming query (phase past "starting": preflight,
+    # the JVM and the Spark session take tens of seconds). A beat without a phase is promoted as before.
+    if run.state == PipelineState.STARTING and beat.get("phase", "running") != "starting":
         promoted = PipelineRun.objects.filter(pk=run.pk, state=PipelineState.STARTING).update(
             state=PipelineState.RUNNING
         )
@@ -102,7 +104,7 @@ def _note_heartbeat(run: PipelineRun, beat: dict[str, Any]) -> None:
             )
             run.state = PipelineState.RUNNING
             run.pipeline.state = PipelineState.RUNNING
-            _status(run.pipeline, run)
+            announce_status(run.pipeline, run)
 
 
 #: Redis key holding when supervision first saw this Redis (epoch seconds). Set only if absent, so a Redis

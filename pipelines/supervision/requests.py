@@ -14,7 +14,7 @@ from access import audit
 from access.models import Role
 from access.permissions import require_role
 from pipelines.models import DesiredState, Pipeline, PipelineState
-from pipelines.supervision.status import _status
+from pipelines.supervision.status import announce_status
 
 
 class NotStartable(Exception):
@@ -58,7 +58,7 @@ def _request_running(*, actor: User, pipeline: Pipeline, action: str, reason: st
         details={"revision": locked.current_revision_id},
     )
     _after_commit_enqueue(task, locked.pk)
-    _status(locked)
+    announce_status(locked)
     return locked
 
 
@@ -98,7 +98,7 @@ def request_stop(*, actor: User, pipeline: Pipeline, reason: str = "") -> Pipeli
         after={"desired_state": locked.desired_state, "state": locked.state},
     )
     _after_commit_enqueue("pipelines.stop", locked.pk)
-    _status(locked)
+    announce_status(locked)
     return locked
 
 

@@ -40,6 +40,15 @@
     badge.className = "state state-" + state;
   }
 
+  // "r2", or "running r1, r2 saved" while the driver runs an older revision than the current one.
+  function showRevisions(tr, current, running) {
+    const el = tr.querySelector('[data-field="revision"]');
+    if (!el || current === undefined || current === null) return;
+    const stale = running !== null && running !== undefined && running !== current;
+    el.textContent = stale ? "running r" + running + ", r" + current + " saved" : "r" + current;
+    el.classList.toggle("revision-stale", stale);
+  }
+
   function showAlerts(tr, alerts) {
     const cell = tr.querySelector('[data-field="alerts"]');
     cell.textContent = "";
@@ -72,6 +81,7 @@
       showFigures(tr, msg.figures);
     } else if (msg.type === "pipeline.status") {
       showState(tr, msg.state);
+      showRevisions(tr, msg.revision, msg.running_revision);
     } else if (msg.type === "pipeline.alert") {
       const alerts = currentAlerts(tr).filter(function (a) { return a.rule !== msg.rule; });
       if (msg.firing) alerts.push({ rule: msg.rule, severity: msg.severity, summary: msg.summary });
@@ -88,6 +98,7 @@
           if (!tr) return;
           showFigures(tr, p.figures);
           showState(tr, p.state);
+          showRevisions(tr, p.revision, p.running_revision);
           showAlerts(tr, p.alerts);
           setField(tr, "dlq_backlog", fmt(p.dlq_backlog));
           tr.querySelector('[data-field="dlq_backlog"]').classList.toggle("muted", !p.dlq_backlog);

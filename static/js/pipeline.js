@@ -170,6 +170,38 @@
     reasonEl.textContent = reason || ""; reasonEl.hidden = !reason;
   }
 
+  // Start / stop / restart enabled as the server says they are worth offering (lifecycle.available_actions).
+  const whyNot = {
+    start: "already wanted running; stop it first, or restart",
+    stop: "not wanted running: nothing to stop",
+    restart: "no driver runs or waits for a restart: use start",
+  };
+  function showActions(actions) {
+    if (!actions) return;
+    document.querySelectorAll("#pipeline [data-lifecycle]").forEach(function (button) {
+      const offered = actions.indexOf(button.dataset.lifecycle) >= 0;
+      button.disabled = !offered;
+      button.title = offered ? "" : whyNot[button.dataset.lifecycle];
+    });
+  }
+
+  // "running r1, r2 saved": the driver runs an older revision than the current one until a restart.
+  function showRevisions(current, running) {
+    const shown = document.querySelector('#pipeline [data-field="revision"]');
+    if (!shown || current === undefined) return;
+    const stale = running !== null && running !== undefined && running !== current;
+    shown.textContent = stale ? "running r" + running + ", r" + current + " saved" : "revision " + current;
+    const note = document.querySelector('#pipeline [data-field="revision-note"]');
+    note.hidden = !stale;
+    if (stale) {
+      note.querySelector('[data-field="running-revision"]').textContent = running;
+      note.querySelector('[data-field="current-revision"]').textContent = current;
+    }
+  }
+  document.querySelectorAll("#pipeline [data-lifecycle]").forEach(function (button) {
+    if (button.disabled) button.title = whyNot[button.dataset.lifecycle];
+  });
+
   const alerts = new Map();
   function showAlerts() {
     const box = document.querySelector('#pipeline [data-field="alerts"]');
@@ -202,7 +234,9 @@
         showFigures({ consumed_per_second: m.rates.consumed_per_second, produced_per_second: m.rates.produced_per_second,
                       lag: m.lag, worst_partition: worst, dead_lettered: m.totals.dead_lettered });
         showLastBatch(m.last_batch);
-        showState(m.state, null, document.querySelector('#pipeline [data-field="reason"]').textContent);
+        showState(m.state, m.desired_state, document.querySelector('#pipeline [data-field="reason"]').textContent);
+        showActions(m.actions);
+        showRevisions(m.revision, m.running_revision);
         alerts.clear();
         m.alerts.forEach(function (a) { alerts.set(a.rule, a); });
         showAlerts();
@@ -224,6 +258,8 @@
       showLastBatch(msg);
     } else if (msg.type === "pipeline.status") {
       showState(msg.state, msg.desired_state, msg.reason);
+      showActions(msg.actions);
+      showRevisions(msg.revision, msg.running_revision);
     } else if (msg.type === "pipeline.alert") {
       if (msg.firing) alerts.set(msg.rule, msg); else alerts.delete(msg.rule);
       showAlerts();

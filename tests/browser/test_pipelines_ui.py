@@ -19,13 +19,14 @@ import uuid
 import pytest
 import redis
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from playwright.sync_api import expect
 
 from access.models import AuditEvent, Role
 from pipelines import progress
 from pipelines.models import Pipeline, PipelineRun, PipelineState
-from pipelines.services import create_pipeline
+from pipelines.services import create_pipeline, revise_pipeline
+from pipelines.supervision.status import announce_status
 from streamforge_core import contract as c
 from tests.browser.conftest import screenshot
 from tests.factories import TeamFactory, member
@@ -174,6 +175,83 @@ def test_the_pipeline_page_draws_live_charts_and_confirms_a_stop(open_page, runn
     expect(page.locator(".flash")).to_contain_text("stop requested")
     assert Pipeline.objects.get(pk=running.pipeline.pk).desired_state == "stopped"
     assert AuditEvent.objects.filter(action="pipeline.stop", reason="maintenance window").exists()
+
+
+def _in_thread(work) -> None:
+    """Run ``work`` in a thread of its own (its broadcast uses async_to_sync, which cannot run where
+    Playwright keeps its event loop) with its own database connection."""
+    failures: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            work()
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=body)
+    worker.start()
+    worker.join(30)
+    assert not failures, failures
+
+
+def test_lifecycle_buttons_follow_the_state_and_a_saved_revision_says_restart_to_apply(
+    open_page, running, admin_user
+):
+    """#18 item 3: Start is disabled while the pipeline is wanted running, Stop once it is not; after r2 is
+    saved the header and the overview say "running r1, r2 saved" (live) with a restart to apply it."""
+    pipeline = running.pipeline
+    page = open_page(admin_user)
+    page.goto(f"/pipelines/{pipeline.name}/")
+    expect(page.get_by_test_id("live-indicator")).to_have_text("live")
+    expect(page.get_by_test_id("action-start")).to_be_disabled()
+    expect(page.get_by_test_id("action-stop")).to_be_enabled()
+    expect(page.get_by_test_id("action-restart")).to_be_enabled()
+    expect(page.get_by_test_id("revision-shown")).to_have_text("revision 1")
+    expect(page.get_by_test_id("revision-note")).to_be_hidden()
+
+    spec = github_spec()
+    spec["destinations"][0]["filter"] = "/type,!=,IssuesEvent"
+    _in_thread(
+        lambda: revise_pipeline(actor=admin_user, pipeline=pipeline, spec=spec, comment="only real pushes")
+    )
+    expect(page.get_by_test_id("revision-shown")).to_have_text("running r1, r2 saved")
+    note = page.get_by_test_id("revision-note")
+    expect(note).to_be_visible()
+    expect(note).to_contain_text("runs revision 1")
+    screenshot(page, "pipeline-revision-saved")
+    note.get_by_test_id("restart-to-apply").click()
+    expect(page.get_by_test_id("confirm-dialog")).to_be_visible()
+    expect(page.locator("#confirm-title")).to_contain_text("Restart")
+    page.locator("#confirm-cancel").click()
+
+    page.goto("/")
+    expect(page.locator(f'tr[data-pipeline="{pipeline.name}"] [data-field="revision"]')).to_have_text(
+        "running r1, r2 saved"
+    )
+
+    page.goto(f"/pipelines/{pipeline.name}/")
+    page.get_by_test_id("action-stop").click()
+    page.get_by_test_id("confirm-submit").click()
+    expect(page.locator(".flash")).to_contain_text("stop requested")
+    # Wanted stopped, the driver still finishing: nothing more to stop; start (again) is offered.
+    expect(page.get_by_test_id("action-stop")).to_be_disabled()
+    expect(page.get_by_test_id("action-start")).to_be_enabled()
+    expect(page.get_by_test_id("action-restart")).to_be_disabled()
+
+    # The run ends: no driver runs, so no "running r1" any more.
+    def stopped() -> None:
+        PipelineRun.objects.filter(pk=running.pk).update(state=PipelineState.STOPPED)
+        locked = Pipeline.objects.get(pk=pipeline.pk)
+        locked.state = PipelineState.STOPPED
+        locked.save(update_fields=["state"])
+        with transaction.atomic():
+            announce_status(locked)
+
+    _in_thread(stopped)
+    expect(page.get_by_test_id("revision-shown")).to_have_text("revision 2")
+    expect(page.locator('#pipeline [data-field="state"]')).to_have_text("stopped")
 
 
 def test_a_viewer_sees_no_mutation_buttons_and_a_forged_post_is_refused(open_page, admin_user, team):

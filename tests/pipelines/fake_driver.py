@@ -2,7 +2,9 @@
 same exit line and heartbeat key, no Spark. ``python fake_driver.py BEHAVIOUR <driver arguments>``.
 
 BEHAVIOUR: ``crash`` (exit 1), ``halt`` (exit 3, DeadLetterQueue), ``run`` (heartbeat until SIGTERM, then
-exit 0), ``stubborn`` (heartbeat and ignore SIGTERM), ``silent`` (alive until SIGTERM, never a heartbeat).
+exit 0), ``stubborn`` (heartbeat and ignore SIGTERM), ``silent`` (alive until SIGTERM, never a heartbeat),
+``slow_start`` (like ``run``, but its beats say phase "starting" for its first 2 s, as the real driver's do
+until its streaming query has started).
 """
 
 from __future__ import annotations
@@ -44,17 +46,19 @@ def main() -> int:
         while not stop:
             time.sleep(0.1)
         return leave(0, "Stopped", "stopped on request")
-    if behaviour == "run":
+    if behaviour in ("run", "slow_start"):
         signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     else:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     client = redis.Redis.from_url(args.redis_url)
+    query_starts_at = time.monotonic() + (2.0 if behaviour == "slow_start" else 0.0)
     while not stop:
         beat = {
             "run_id": args.run_id,
             "pid": os.getpid(),
             "app_id": "fake-app",
             "time_ms": int(time.time() * 1000),
+            "phase": "starting" if time.monotonic() < query_starts_at else "waiting-for-first-batch",
         }
         client.set(f"streamforge:heartbeat:{args.pipeline}", json.dumps(beat), ex=30)
         time.sleep(0.2)

@@ -26,6 +26,9 @@ def _status(name: str) -> broadcast.StatusUpdate:
         "reason": "",
         "run_id": None,
         "attempt": 1,
+        "actions": ["stop", "restart"],
+        "revision": 1,
+        "running_revision": 1,
     }
 
 

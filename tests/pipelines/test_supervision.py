@@ -183,6 +183,26 @@ def test_a_running_driver_is_promoted_by_its_heartbeat_and_stops_gracefully(supe
 
 @pytest.mark.redis
 @pytest.mark.django_db
+def test_a_driver_still_starting_spark_stays_starting_until_its_query_has_started(supervised):
+    """Its beats prove it alive from the first second, but the pipeline says RUNNING only once the beats say
+    the streaming query started (the review saw "running" while Spark was still starting)."""
+    pipeline, operator, behaviour = supervised
+    behaviour["name"] = "slow_start"
+    supervision.request_start(actor=operator, pipeline=pipeline)
+    _tick_until(
+        lambda: PipelineRun.objects.filter(pipeline=pipeline, last_heartbeat_at__isnull=False).exists()
+    )
+    started = time.monotonic()
+    while time.monotonic() - started < 1.0:  # well inside the stand-in's 2 s of "starting"
+        supervision.reconcile()
+        assert _state(pipeline) == PipelineState.STARTING
+        time.sleep(0.1)
+    _tick_until(lambda: _state(pipeline) == PipelineState.RUNNING)
+    assert PipelineRun.objects.get(pipeline=pipeline).state == PipelineState.RUNNING
+
+
+@pytest.mark.redis
+@pytest.mark.django_db
 def test_a_driver_that_ignores_the_stop_is_killed_after_the_timeout(supervised, settings):
     pipeline, operator, behaviour = supervised
     behaviour["name"] = "stubborn"
