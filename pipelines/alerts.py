@@ -128,7 +128,8 @@ def firing_for(pipeline: Pipeline, *, now_ms: int) -> list[Firing]:
 
 def evaluate(*, now_ms: int | None = None) -> list[Alert]:
     """Evaluate every rule for every pipeline: open an Alert for a rule that starts firing, refresh one that
-    keeps firing, resolve one that stopped. Returns the alerts firing now. Changes are pushed to the UI."""
+    keeps firing, resolve one that stopped. Returns the alerts firing now. Changes (a new alert, a new
+    summary, a resolution) are pushed to the UI after commit (``broadcast.alert``)."""
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
     now = datetime.fromtimestamp(now_ms / 1000, tz=timezone.get_current_timezone())
     firing_now: list[Alert] = []
@@ -145,10 +146,12 @@ def evaluate(*, now_ms: int | None = None) -> list[Alert]:
                 alert = open_alerts.get(rule) or Alert(
                     pipeline=pipeline, rule=rule, severity=firing.severity, started_at=now
                 )
-                is_new = alert.pk is None
+                # Pushed when it starts firing and whenever its sentence changes ("140 records went to the DLQ"
+                # -> "230 ..."), so an open page never shows a figure older than the last evaluation.
+                changed = alert.pk is None or alert.summary != firing.summary
                 alert.value, alert.summary, alert.last_seen_at = firing.value, firing.summary, now
                 alert.save()
-                if is_new:
+                if changed:
                     _announce(pipeline, alert, firing=True)
                 firing_now.append(alert)
     return firing_now

@@ -45,13 +45,17 @@ class WorstPartition(TypedDict):
 class LiveFigures(TypedDict):
     """What the overview shows per pipeline, as of one moment: records consumed and produced per second over
     the last ``progress.RATE_WINDOW_SECONDS``, the lag summed over every source partition the pipeline has
-    read (None before its first batch), the worst partition, and records dead-lettered since creation."""
+    read (None before its first batch), the worst partition, and since creation: ``dlq_records``, the records
+    written to the DLQ topic (what the DLQ console holds, one per failed record and destination, one for a
+    record no destination could read), and ``dead_lettered``, the per-destination outcomes (a malformed
+    record counts once per destination, so this can exceed ``dlq_records``)."""
 
     consumed_per_second: float
     produced_per_second: float
     lag: int | None
     worst_partition: WorstPartition | None
     dead_lettered: int
+    dlq_records: int
 
 
 class ProgressUpdate(TypedDict):

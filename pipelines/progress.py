@@ -275,7 +275,7 @@ def _progress_update(pipeline: str, sample: MetricSample) -> broadcast.ProgressU
 
 def live_figures(*, pipeline_id: int, now_ms: int | None = None) -> broadcast.LiveFigures:
     """The pipeline's rates over the last ``RATE_WINDOW_SECONDS`` before ``now_ms`` (default: now), its lag
-    over every source partition it has read and the worst of them, and its dead-lettered total: what the
+    over every source partition it has read and the worst of them, and its dead-lettered totals: what the
     overview shows at first and what each progress update refreshes (two indexed queries and a row)."""
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
     window = MetricSample.objects.filter(
@@ -283,9 +283,9 @@ def live_figures(*, pipeline_id: int, now_ms: int | None = None) -> broadcast.Li
     ).aggregate(consumed=Sum("consumed"), produced=Sum("produced"))
     rows = list(PartitionProgress.objects.filter(pipeline_id=pipeline_id).values("topic", "partition", "lag"))
     worst = max(rows, key=lambda row: (row["lag"], row["topic"], -row["partition"]), default=None)
-    dead_lettered = (
-        PipelineTotals.objects.filter(pipeline_id=pipeline_id).values_list("dead_lettered", flat=True).first()
-    )
+    dead_lettered, dlq_records = PipelineTotals.objects.filter(pipeline_id=pipeline_id).values_list(
+        "dead_lettered", "dlq_records"
+    ).first() or (0, 0)
     return {
         "consumed_per_second": float(window["consumed"] or 0) / RATE_WINDOW_SECONDS,
         "produced_per_second": float(window["produced"] or 0) / RATE_WINDOW_SECONDS,
@@ -296,6 +296,7 @@ def live_figures(*, pipeline_id: int, now_ms: int | None = None) -> broadcast.Li
             else None
         ),
         "dead_lettered": int(dead_lettered or 0),
+        "dlq_records": int(dlq_records or 0),
     }
 
 

@@ -39,8 +39,10 @@ from pipelines.services import (
 from pipelines.spec import SpecError, parse_spec
 from streamforge_core.text import UNENCODABLE, unencodable_path
 
-#: Seconds of history the pipeline page's charts start with (the websocket extends them live).
-CHART_RANGE_SECONDS = 900
+#: The pipeline page's chart windows (``?range=``): label -> seconds of history the charts start with (the
+#: websocket extends them live). 15 minutes unless asked otherwise.
+CHART_RANGES = {"5m": 300, "15m": 900, "1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600, "7d": 7 * 24 * 3600}
+DEFAULT_CHART_RANGE = "15m"
 #: At most this many sample messages per dry run from the editor.
 MAX_DRY_RUN_MESSAGES = 200
 
@@ -89,6 +91,10 @@ def pipeline_detail(request: HttpRequest, name: str) -> HttpResponse:
     revision = pipeline.current_revision
     spec = revision.parsed if revision is not None else None
     _current, running_revision = revision_numbers(pipeline)
+    range_key = request.GET.get("range", DEFAULT_CHART_RANGE)
+    if range_key not in CHART_RANGES:
+        range_key = DEFAULT_CHART_RANGE
+    chart_range = CHART_RANGES[range_key]
     return render(
         request,
         "pipelines/detail.html",
@@ -104,9 +110,11 @@ def pipeline_detail(request: HttpRequest, name: str) -> HttpResponse:
             "runs": selectors.recent_runs(pipeline),
             "can_operate": has_role(request.user, pipeline.team, Role.OPERATOR),
             "can_edit": has_role(request.user, pipeline.team, Role.ADMIN),
-            "chart_range": CHART_RANGE_SECONDS,
+            "chart_range": chart_range,
+            "chart_range_key": range_key,
+            "chart_ranges": list(CHART_RANGES),
             "dlq_by_type": selectors.dead_lettered_by_type(
-                pipeline, since_ms=int(time.time() * 1000) - CHART_RANGE_SECONDS * 1000
+                pipeline, since_ms=int(time.time() * 1000) - chart_range * 1000
             ),
         },
     )

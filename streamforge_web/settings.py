@@ -268,7 +268,7 @@ DLQ_BULK_STALE_SECONDS = env_int("STREAMFORGE_DLQ_BULK_STALE", 60, minimum=5)
 CELERY_BEAT_SCHEDULE = {
     "reconcile-pipelines": {"task": "pipelines.reconcile", "schedule": float(RECONCILE_SECONDS)},
     "ingest-progress": {"task": "pipelines.ingest_progress", "schedule": 2.0},
-    "evaluate-alerts": {"task": "pipelines.evaluate_alerts", "schedule": 30.0},
+    "evaluate-alerts": {"task": "pipelines.evaluate_alerts", "schedule": 10.0},
     "resume-stale-bulks": {"task": "dlq.resume_stale_bulks", "schedule": 15.0},
     "resolve-in-doubt-replays": {"task": "dlq.resolve_in_doubt", "schedule": 60.0},
     "dlq-retention": {"task": "dlq.apply_retention", "schedule": 3600.0},

@@ -43,9 +43,21 @@
   Chart.defaults.font.size = 11;
   Chart.defaults.animation = false;
 
+  // Time labels: UTC, with seconds in a short window and the date in a long one.
   function timeTick(value) {
-    const d = new Date(value);
-    return d.toISOString().substring(11, 19);
+    const iso = new Date(value).toISOString();
+    if (range > 86400) return iso.substring(5, 10) + " " + iso.substring(11, 16);
+    return range <= 600 ? iso.substring(11, 19) : iso.substring(11, 16);
+  }
+
+  // Ticks on round times (every 1, 2, 5... minutes or hours), four to eight across the window whatever its length.
+  const STEPS_S = [10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
+  function roundTicks(axis) {
+    const span = (axis.max - axis.min) / 1000;
+    const step = (STEPS_S.find(function (s) { return span / s <= 8; }) || 86400) * 1000;
+    const ticks = [];
+    for (let t = Math.ceil(axis.min / step) * step; t <= axis.max; t += step) ticks.push({ value: t });
+    axis.ticks = ticks;
   }
 
   function lineChart(id, datasets) {
@@ -58,7 +70,7 @@
         parsing: false, responsive: true, maintainAspectRatio: false,
         interaction: { mode: "nearest", axis: "x", intersect: false },
         scales: {
-          x: { type: "linear", ticks: { callback: timeTick, maxTicksLimit: 6 } },
+          x: { type: "linear", afterBuildTicks: roundTicks, ticks: { callback: timeTick, autoSkip: false, maxRotation: 0 } },
           y: { beginAtZero: true, ticks: { maxTicksLimit: 5 } },
         },
         plugins: { legend: { display: datasets.length > 1, labels: { boxWidth: 10 } },
@@ -104,20 +116,31 @@
     buckets.set(start, b);
   }
 
+  // One point per bucket that holds batches. A bucket without any (the driver stopped, or idle: Spark runs
+  // no empty micro-batches) becomes a gap in every line rather than a ramp drawn across it. The newest
+  // bucket is still filling: rates leave it out (its sum would dip towards zero at "now"); the gauges (lag,
+  // batch duration, retries per batch) show it.
   function redrawSeries() {
-    const since = Date.now() - range * 1000;
-    const keys = Array.from(buckets.keys()).filter(function (k) { return k >= since - bucketMs; }).sort(function (a, b) { return a - b; });
-    keys.forEach(function (k) { if (k < since - bucketMs) buckets.delete(k); });
+    const now = Date.now();
+    const since = now - range * 1000;
+    Array.from(buckets.keys()).forEach(function (k) { if (k < since - bucketMs) buckets.delete(k); });
+    const keys = Array.from(buckets.keys()).sort(function (a, b) { return a - b; });
+    const points = [];
+    keys.forEach(function (k, i) {
+      if (i > 0 && k - keys[i - 1] > bucketMs) points.push({ x: keys[i - 1] + bucketMs, b: null });
+      points.push({ x: k, b: buckets.get(k) });
+    });
+    const complete = points.filter(function (p) { return p.x + bucketMs <= now; });
     const perSecond = bucketMs / 1000;
-    const pick = function (f) { return keys.map(function (k) { return { x: k, y: f(buckets.get(k)) }; }); };
-    charts.rates.data.datasets[0].data = pick(function (b) { return b.consumed / perSecond; });
-    charts.rates.data.datasets[1].data = pick(function (b) { return b.produced / perSecond; });
-    charts.rates.data.datasets[2].data = pick(function (b) { return b.dead_lettered / perSecond; });
-    charts.lag.data.datasets[0].data = pick(function (b) { return b.lag; });
-    charts.duration.data.datasets[0].data = pick(function (b) { return b.batches ? b.durationSum / b.batches : null; });
-    charts.retries.data.datasets[0].data = pick(function (b) { return b.retries; });
+    const pick = function (list, f) { return list.map(function (p) { return { x: p.x, y: p.b ? f(p.b) : null }; }); };
+    charts.rates.data.datasets[0].data = pick(complete, function (b) { return b.consumed / perSecond; });
+    charts.rates.data.datasets[1].data = pick(complete, function (b) { return b.produced / perSecond; });
+    charts.rates.data.datasets[2].data = pick(complete, function (b) { return b.dead_lettered / perSecond; });
+    charts.lag.data.datasets[0].data = pick(points, function (b) { return b.lag; });
+    charts.duration.data.datasets[0].data = pick(points, function (b) { return b.batches ? b.durationSum / b.batches : null; });
+    charts.retries.data.datasets[0].data = pick(points, function (b) { return b.batches ? b.retries / b.batches : null; });
     ["rates", "lag", "duration", "retries"].forEach(function (c) {
-      charts[c].options.scales.x.min = since; charts[c].options.scales.x.max = Date.now();
+      charts[c].options.scales.x.min = since; charts[c].options.scales.x.max = now;
       charts[c].update("none");
     });
   }
@@ -154,6 +177,7 @@
     const w = f.worst_partition;
     setStat("worst_partition", w ? w.topic + "/" + w.partition + ": " + fmt(w.lag) : "–");
     setStat("dead_lettered", fmt(f.dead_lettered));
+    setStat("dlq_records", fmt(f.dlq_records));
   }
 
   function showLastBatch(batch) {
@@ -221,6 +245,8 @@
       .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
       .then(function (m) {
         bucketMs = (m.bucket_seconds || 5) * 1000;
+        const bucketNote = document.getElementById("chart-bucket");
+        if (bucketNote) bucketNote.textContent = "· points of " + (m.bucket_seconds >= 60 ? m.bucket_seconds / 60 + " min" : m.bucket_seconds + " s") + ", UTC";
         buckets = new Map();
         (m.series || []).forEach(function (p) {
           addToBucket(p.time_ms, { batches: p.batches, consumed: p.consumed, produced: p.produced, dead_lettered: p.dead_lettered,
@@ -232,7 +258,8 @@
         redrawPartitions();
         const worst = m.partitions.reduce(function (w, p) { return w === null || p.lag > w.lag ? p : w; }, null);
         showFigures({ consumed_per_second: m.rates.consumed_per_second, produced_per_second: m.rates.produced_per_second,
-                      lag: m.lag, worst_partition: worst, dead_lettered: m.totals.dead_lettered });
+                      lag: m.lag, worst_partition: worst, dead_lettered: m.totals.dead_lettered,
+                      dlq_records: m.totals.dlq_records });
         showLastBatch(m.last_batch);
         showState(m.state, m.desired_state, document.querySelector('#pipeline [data-field="reason"]').textContent);
         showActions(m.actions);

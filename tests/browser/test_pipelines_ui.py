@@ -24,7 +24,7 @@ from playwright.sync_api import expect
 
 from access.models import AuditEvent, Role
 from pipelines import progress
-from pipelines.models import Pipeline, PipelineRun, PipelineState
+from pipelines.models import MetricSample, Pipeline, PipelineRun, PipelineState
 from pipelines.services import create_pipeline, revise_pipeline
 from pipelines.supervision.status import announce_status
 from streamforge_core import contract as c
@@ -161,6 +161,9 @@ def test_the_pipeline_page_draws_live_charts_and_confirms_a_stop(open_page, runn
         )
     expect(page.locator('[data-stat="lag"]')).to_have_text(f"{(1000 - 800) + (1100 - 840):,}")
     expect(page.locator('[data-stat="last_batch"]')).to_contain_text("#3")
+    # 0+1+2+3 records dead-lettered, each failing both destinations: 6 DLQ records, 12 destination outcomes
+    expect(page.locator('[data-stat="dlq_records"]')).to_have_text("6")
+    expect(page.get_by_test_id("dead-lettered-outcomes")).to_have_text("12 destination outcomes")
     points = page.evaluate("Chart.getChart('chart-rates').data.datasets[0].data.length")
     assert points >= 1
     assert page.evaluate("Chart.getChart('chart-dlq').data.labels") == ["MessageDeserialization"]
@@ -252,6 +255,50 @@ def test_lifecycle_buttons_follow_the_state_and_a_saved_revision_says_restart_to
     _in_thread(stopped)
     expect(page.get_by_test_id("revision-shown")).to_have_text("revision 2")
     expect(page.locator('#pipeline [data-field="state"]')).to_have_text("stopped")
+
+
+def test_charts_break_over_a_stopped_period_and_leave_out_the_filling_bucket(open_page, running, admin_user):
+    """#18 item 3: a period without batches is a gap in the lines (not a ramp drawn across it), the newest,
+    still filling bucket does not drop the rates towards zero, the window can be chosen, and the time axis
+    has labels on round times across it."""
+    now = int(time.time() * 1000)
+    bucket = 5000
+    start = now // bucket * bucket
+
+    def sample(batch_id: int, at: int, lag: int) -> MetricSample:
+        return MetricSample(
+            pipeline=running.pipeline, run=running, batch_id=batch_id, time_ms=at, duration_ms=200,
+            consumed=5000, produced=5000, filtered=0, dead_lettered=0, dlq_records=0, lag=lag,
+        )  # fmt: skip
+
+    # ten minutes ago: 6 batches of 5,000 records, one per 5-s bucket; then the driver was stopped for eight
+    # minutes (lag grew to 10,000 unseen); now 6 more, the newest in the bucket that is still filling
+    before = [sample(i, start - 600_000 + i * bucket + 100, 0) for i in range(6)]
+    after = [sample(6 + i, start - 5 * bucket + i * bucket + 100, 10_000 - 1000 * i) for i in range(6)]
+    MetricSample.objects.bulk_create(before + after)
+
+    page = open_page(admin_user)
+    page.goto(f"/pipelines/{running.pipeline.name}/")
+    expect(page.get_by_test_id("chart-bucket")).to_contain_text("points of 5 s")
+    lag = page.evaluate("Chart.getChart('chart-lag').data.datasets[0].data")
+    values = [point["y"] for point in lag]
+    assert values.count(None) == 1, values  # one gap: no line across the stopped period
+    gap = values.index(None)
+    assert (values[gap - 1], values[gap + 1]) == (0, 10_000)
+    consumed = page.evaluate("Chart.getChart('chart-rates').data.datasets[0].data")
+    assert [p["y"] for p in consumed if p["y"] is not None] == [1000.0] * 11  # 5,000 per 5 s; not the 12th
+    assert max(p["x"] for p in consumed) == start - bucket
+    ticks = page.evaluate("Chart.getChart('chart-lag').scales.x.ticks.map(t => t.value)")
+    assert 4 <= len(ticks) <= 8, ticks
+    assert all(t % 120_000 == 0 for t in ticks), ticks  # every 2 minutes on the minute
+
+    page.get_by_test_id("chart-range").get_by_role("link", name="1h").click()
+    expect(page).to_have_url(re.compile(r"range=1h"))
+    expect(page.get_by_test_id("chart-bucket")).to_contain_text("points of 30 s")
+    ticks = page.evaluate("Chart.getChart('chart-lag').scales.x.ticks.map(t => t.value)")
+    assert 4 <= len(ticks) <= 8, ticks
+    assert all(t % 600_000 == 0 for t in ticks), ticks
+    screenshot(page, "pipeline-charts-gap")
 
 
 def test_a_viewer_sees_no_mutation_buttons_and_a_forged_post_is_refused(open_page, admin_user, team):

@@ -218,7 +218,7 @@ def test_the_overview_figures_come_from_the_stored_progress(admin_user, pipeline
             pipeline=pipeline, topic="github.events", partition=partition, end_offset=100,
             latest_offset=100 + lag, lag=lag, updated_at=at,
         )  # fmt: skip
-    PipelineTotals.objects.create(pipeline=pipeline, dead_lettered=42)
+    PipelineTotals.objects.create(pipeline=pipeline, dead_lettered=42, dlq_records=30)
     Alert.objects.create(
         pipeline=pipeline, rule="DLQBacklog", severity=AlertSeverity.WARNING, summary="42 dead letters",
         value=42, started_at=at, last_seen_at=at,
@@ -231,6 +231,7 @@ def test_the_overview_figures_come_from_the_stored_progress(admin_user, pipeline
         "lag": 75,
         "worst_partition": {"topic": "github.events", "partition": 1, "lag": 70},
         "dead_lettered": 42,
+        "dlq_records": 30,  # a malformed record fails both destinations and is one DLQ record
     }
     assert row.alerts == [{"rule": "DLQBacklog", "severity": "warning", "summary": "42 dead letters"}]
     body = logged_in(admin_user).get("/").content.decode()

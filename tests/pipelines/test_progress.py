@@ -208,6 +208,26 @@ def test_the_alert_rules_fire_and_resolve(group, run):
     assert Alert.objects.count() == 3
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_firing_alert_whose_figure_changed_is_pushed_again(group, run, monkeypatch):
+    """The DLQBacklog text on an open page followed the first evaluation only ("stale for a minute"): every
+    evaluation that changes an alert's sentence pushes it, and one that changes nothing pushes nothing."""
+    pushed: list[str] = []
+    monkeypatch.setattr(alerts.broadcast, "alert", lambda update: pushed.append(update["summary"]))
+    now = int(time.time() * 1000)
+    publish(event(run, 0, time_ms=now - 2000, dlq=150))
+    progress.ingest()
+    alerts.evaluate(now_ms=now)
+    alerts.evaluate(now_ms=now + 1)
+    publish(event(run, 1, time_ms=now - 1000, dlq=80))
+    progress.ingest()
+    alerts.evaluate(now_ms=now + 2)
+    assert pushed == [
+        "150 records went to the DLQ in the last 15 minutes",
+        "230 records went to the DLQ in the last 15 minutes",
+    ]
+
+
 def test_the_rules_file_names_the_same_alerts():
     text = (django_settings.BASE_DIR / "deploy" / "prometheus" / "alerts.yml").read_text()
     for rule in ("HighCommitFailureRate", "DLQBacklog", "ConsumerLagIncreasing"):
