@@ -37,10 +37,30 @@
   }
 
   // ---------------------------------------------------------------------------------------- charts
-  const palette = { consumed: "#4ea1ff", produced: "#3fb950", dead: "#f85149", lag: "#d29922", duration: "#a371f7", retries: "#db6d28" };
-  Chart.defaults.color = "#8a96a3";
-  Chart.defaults.borderColor = "#2a333d";
+  // Colours come from the theme's CSS custom properties (static/css/theme.css, #rrggbb), re-read when the
+  // theme changes: series by role; axis text, grid lines and legend set on each chart's own options (a chart
+  // keeps what it resolved from Chart.defaults when it was made).
+  const theme = window.StreamForgeTheme;
+  const roles = { consumed: "--accent", produced: "--ok", dead: "--bad", lag: "--warn", duration: "--info", retries: "--chart-orange" };
+  function themeColors() {
+    const palette = { text: theme.color("--chart-text"), grid: theme.color("--chart-grid") };
+    Object.keys(roles).forEach(function (role) { palette[role] = theme.color(roles[role]); });
+    return palette;
+  }
+  let palette = themeColors();
   Chart.defaults.font.size = 11;
+
+  function themed(options) {
+    Object.keys(options.scales).forEach(function (axis) {
+      const scale = options.scales[axis];
+      scale.ticks = Object.assign(scale.ticks || {}, { color: palette.text });
+      scale.grid = Object.assign(scale.grid || {}, { color: palette.grid });
+      scale.border = Object.assign(scale.border || {}, { color: palette.grid });
+    });
+    const legend = options.plugins.legend;
+    legend.labels = Object.assign(legend.labels || {}, { color: palette.text });
+    return options;
+  }
   Chart.defaults.animation = false;
 
   // Time labels: UTC, with seconds in a short window and the date in a long one.
@@ -64,9 +84,9 @@
     return new Chart(document.getElementById(id), {
       type: "line",
       data: { datasets: datasets.map(function (d) {
-        return { label: d.label, data: [], borderColor: d.color, backgroundColor: d.color + "33", pointRadius: 2, pointHoverRadius: 4, borderWidth: 1.5, tension: 0.2, fill: d.fill || false };
+        return { label: d.label, role: d.role, data: [], borderColor: palette[d.role], backgroundColor: palette[d.role] + "33", pointRadius: 2, pointHoverRadius: 4, borderWidth: 1.5, tension: 0.2, fill: d.fill || false };
       }) },
-      options: {
+      options: themed({
         parsing: false, responsive: true, maintainAspectRatio: false,
         interaction: { mode: "nearest", axis: "x", intersect: false },
         scales: {
@@ -75,32 +95,45 @@
         },
         plugins: { legend: { display: datasets.length > 1, labels: { boxWidth: 10 } },
                    tooltip: { callbacks: { title: function (items) { return items.length ? timeTick(items[0].parsed.x) + " UTC" : ""; } } } },
-      },
+      }),
     });
   }
 
-  function barChart(id, color, horizontal) {
+  function barChart(id, role, horizontal) {
     return new Chart(document.getElementById(id), {
       type: "bar",
-      data: { labels: [], datasets: [{ data: [], backgroundColor: color, borderRadius: 3 }] },
-      options: {
+      data: { labels: [], datasets: [{ role: role, bar: true, data: [], backgroundColor: palette[role], borderRadius: 3 }] },
+      options: themed({
         indexAxis: horizontal ? "y" : "x", responsive: true, maintainAspectRatio: false,
         scales: { x: { beginAtZero: true, ticks: { maxTicksLimit: 6 } }, y: { beginAtZero: true, ticks: { maxTicksLimit: 6 } } },
         plugins: { legend: { display: false } },
-      },
+      }),
     });
   }
 
   const charts = {
     rates: lineChart("chart-rates", [
-      { label: "consumed", color: palette.consumed }, { label: "produced", color: palette.produced }, { label: "dead-lettered", color: palette.dead },
+      { label: "consumed", role: "consumed" }, { label: "produced", role: "produced" }, { label: "dead-lettered", role: "dead" },
     ]),
-    lag: lineChart("chart-lag", [{ label: "lag", color: palette.lag, fill: true }]),
-    duration: lineChart("chart-duration", [{ label: "ms", color: palette.duration }]),
-    retries: lineChart("chart-retries", [{ label: "retries", color: palette.retries }]),
-    partitions: barChart("chart-partitions", palette.lag, false),
-    dlq: barChart("chart-dlq", palette.dead, true),
+    lag: lineChart("chart-lag", [{ label: "lag", role: "lag", fill: true }]),
+    duration: lineChart("chart-duration", [{ label: "ms", role: "duration" }]),
+    retries: lineChart("chart-retries", [{ label: "retries", role: "retries" }]),
+    partitions: barChart("chart-partitions", "lag", false),
+    dlq: barChart("chart-dlq", "dead", true),
   };
+
+  document.addEventListener("streamforge:theme", function () {
+    palette = themeColors();
+    Object.keys(charts).forEach(function (c) {
+      themed(charts[c].config.options);
+      charts[c].data.datasets.forEach(function (d) {
+        const color = palette[d.role];
+        d.backgroundColor = d.bar ? color : color + "33";
+        if (!d.bar) d.borderColor = color;
+      });
+      charts[c].update("none");
+    });
+  });
 
   // Buckets keyed by start time (ms): sums of the batches in them, like the server's metric_series.
   let bucketMs = 5000;

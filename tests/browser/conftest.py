@@ -141,11 +141,13 @@ def browser_env(monkeypatch, transactional_db):
 @pytest.fixture
 def open_page(chromium, asgi_server, browser_env):
     """``open_page(user)``: a fresh browser context signed in as ``user`` (a real session cookie), at 1440x900
-    like a laptop; closed after the test."""
+    like a laptop, or as Playwright's context ``options`` say (a phone's viewport, a color scheme); closed
+    after the test."""
     contexts = []
 
-    def open_as(user=None):
-        context = chromium.new_context(viewport={"width": 1440, "height": 900}, base_url=asgi_server.url)
+    def open_as(user=None, **options):
+        options = {"viewport": {"width": 1440, "height": 900}, **options}
+        context = chromium.new_context(base_url=asgi_server.url, **options)
         if user is not None:
             client = Client()
             client.force_login(type(user).objects.get(pk=user.pk))
