@@ -14,6 +14,7 @@ from django.utils.dateparse import parse_datetime
 
 from dlq.models import DeadLetter, FailureGroup, Status
 from pipelines.models import DEFAULT_CLUSTER_NAME
+from streamforge_core.contract import ALL_DESTINATIONS
 
 #: The annotation a key-prefix search adds on PostgreSQL: ``id + 0``, the id in a form no index orders by.
 #: Pages that find it order by it instead of ``id`` (``dlq.selectors.message_rows``, the API's cursor pages),
@@ -35,9 +36,11 @@ class FilterError(ValueError):
 class MessageFilter:
     """Which dead letters: every field optional, all given fields must match.
 
-    ``pipeline``: pipeline name. ``error_type``: exact. ``group``: failure group id. ``status``: a Status
-    value. ``topic``: DLQ topic. ``since``/``until``: ISO-8601 bounds on the last failure time (inclusive
-    / exclusive). ``q``: text search, a prefix of the record key or a substring of the error message.
+    ``pipeline``: pipeline name. ``destination``: the destination that failed (a record that failed every
+    destination, e.g. unreadable JSON, matches any). ``error_type``: exact. ``group``: failure group id.
+    ``status``: a Status value. ``topic``: DLQ topic. ``since``/``until``: ISO-8601 bounds on the last
+    failure time (inclusive / exclusive). ``q``: text search, a prefix of the record key or a substring of
+    the error message. ``ids``: only these dead letters (an operator's selection; at most ``MAX_IDS``).
     """
 
     pipeline: str = ""
@@ -49,6 +52,8 @@ class MessageFilter:
     until: str = ""
     q: str = ""
     cluster: str = ""
+    destination: str = ""
+    ids: tuple[int, ...] = ()
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> MessageFilter:
@@ -62,7 +67,9 @@ class MessageFilter:
             raw = data.get(name)
             if raw in (None, ""):
                 continue
-            if name == "group":
+            if name == "ids":
+                values[name] = _ids(raw)
+            elif name == "group":
                 try:
                     values[name] = int(str(raw))
                 except (TypeError, ValueError):
@@ -85,10 +92,21 @@ class MessageFilter:
                 raise FilterError(name, "must be an ISO-8601 time with a timezone, e.g. 2026-11-21T08:00:00Z")
         if len(self.q) > 200:
             raise FilterError("q", "at most 200 characters")
+        if len(self.destination) > 128:
+            raise FilterError("destination", "at most 128 characters")
 
     def to_json(self) -> dict[str, Any]:
-        """Only the fields that are set."""
-        return {k: v for k, v in asdict(self).items() if v not in ("", None)}
+        """Only the fields that are set (``ids`` as a list)."""
+        data = {k: v for k, v in asdict(self).items() if v not in ("", None, ())}
+        if "ids" in data:
+            data["ids"] = list(data["ids"])
+        return data
+
+    @property
+    def group_determined(self) -> bool:
+        """Whether every set field is one a failure group determines (``apply_to_groups`` answers it
+        exactly), so counts can come from the per-group deltas instead of the rows."""
+        return not (self.since or self.until or self.q or self.destination or self.ids)
 
     def apply_to_groups(self, groups: QuerySet[FailureGroup]) -> QuerySet[FailureGroup]:
         """``groups`` narrowed by the fields a failure group determines (pipeline, error type, group, DLQ
@@ -107,8 +125,12 @@ class MessageFilter:
         """``queryset`` narrowed by every set field. The search ``q`` does not match the keys of the
         ``key_masked_teams`` (whose keys the user may not see: a match would tell a key's prefix)."""
         qs = queryset
+        if self.ids:
+            qs = qs.filter(pk__in=self.ids)
         if self.pipeline:
             qs = qs.filter(pipeline_name=self.pipeline)
+        if self.destination:
+            qs = qs.filter(destination__in=(self.destination, ALL_DESTINATIONS))
         if self.error_type:
             qs = qs.filter(error_type=self.error_type)
         if self.group is not None:
@@ -162,6 +184,33 @@ def _search(text: str, key_masked_teams: Collection[int] = ()) -> tuple[Q, bool]
     if groups:
         return Q(group_id__in=groups), False
     return Q(pk__in=[]), False
+
+
+#: At most this many dead letters in an ``ids`` selection (a page's worth of ticked rows, a few times over).
+MAX_IDS = 1000
+
+
+def _ids(raw: object) -> tuple[int, ...]:
+    """``ids`` from a list (JSON) or a comma-separated string (a query string): distinct positive integers,
+    in order. Raises FilterError naming the field."""
+    items = raw.split(",") if isinstance(raw, str) else raw
+    if not isinstance(items, list | tuple):
+        raise FilterError("ids", "a list of dead-letter ids, or ids separated by commas")
+    ids: list[int] = []
+    for item in items:
+        try:
+            value = int(str(item).strip())
+        except ValueError:
+            raise FilterError("ids", f"{str(item)[:20]!r} is not a dead-letter id") from None
+        if not 0 < value < 2**63:
+            raise FilterError("ids", f"{value} is not a dead-letter id")
+        if value not in ids:
+            ids.append(value)
+    if not ids:
+        raise FilterError("ids", "at least one id (leave the field out to select by the other filters)")
+    if len(ids) > MAX_IDS:
+        raise FilterError("ids", f"at most {MAX_IDS} ids; use a filter for more")
+    return tuple(ids)
 
 
 def _when(text: str) -> datetime | None:

@@ -25,7 +25,9 @@ from dlq.models import (
 #: Time-range presets of the list and bulk forms (``range=24h``), newest failures within that long.
 RANGES = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
 #: Query-string fields of the message filter form, in form order.
-FILTER_FIELDS = ("pipeline", "error_type", "group", "status", "range", "since", "until", "q", "cluster")
+FILTER_FIELDS = (
+    "pipeline", "destination", "error_type", "group", "status", "range", "since", "until", "q", "cluster", "ids",
+)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------ roles
@@ -73,14 +75,15 @@ class ListQuery:
 
     def live_match(self) -> dict[str, Any]:
         """What the page's script needs to decide whether a ``dlq.arrived`` message belongs on it: new
-        arrivals are parked and failed just now, so a status other than parked, an ``until`` bound, or a
-        text search (the message does not carry the text) rule them out."""
+        arrivals are parked and failed just now, so a status other than parked, an ``until`` bound, a text
+        search, a destination (the message carries neither) or a selection of ids rule them out."""
         s = self.selection
         return {
             "pipeline": s.pipeline,
             "error_type": s.error_type,
             "group": s.group,
-            "possible": s.status in ("", Status.PARKED) and not s.until and not s.q and not s.topic,
+            "possible": s.status in ("", Status.PARKED)
+            and not (s.until or s.q or s.topic or s.destination or s.ids),
         }
 
 
@@ -107,6 +110,8 @@ def list_query(params: Mapping[str, str], *, now: datetime | None = None) -> Lis
         "until": _utc_iso(form["until"]),
         "q": form["q"],
         "cluster": form["cluster"],
+        "destination": form["destination"],
+        "ids": form["ids"],
     }
     errors: dict[str, str] = {}
     if form["range"]:

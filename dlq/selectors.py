@@ -33,9 +33,11 @@ from dlq.models import (
     RunbookAction,
     Status,
 )
-from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster
+from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster, Pipeline, PipelineRevision
 
 LIST_PAGE_SIZE = 50
+#: The page sizes the list offers (``?size=``).
+LIST_PAGE_SIZES = (25, 50, 100, 200)
 
 M = TypeVar("M", bound=Model)
 
@@ -44,16 +46,19 @@ M = TypeVar("M", bound=Model)
 
 
 def message_rows(
-    user: AnyUser, selection: MessageFilter, *, before: int | None, after: int | None
+    user: AnyUser,
+    selection: MessageFilter,
+    *,
+    before: int | None,
+    after: int | None,
+    size: int = LIST_PAGE_SIZE,
 ) -> KeysetPage:
-    """The list's page of dead letters (no payloads loaded); the key column of teams whose keys the user
-    may not see (``services.key_masked_teams``) is masked, and a search does not match those keys."""
+    """The list's page of ``size`` dead letters (no payloads loaded); the key column of teams whose keys the
+    user may not see (``services.key_masked_teams``) is masked, and a search does not match those keys."""
     hidden = services.key_masked_teams(user)
     qs = selection.apply(services.visible_dead_letters(user), key_masked_teams=hidden)
     order = SEARCH_ORDER if SEARCH_ORDER in qs.query.annotations else "id"
-    page = keyset_page(
-        qs.defer("key", "value", "headers"), key=order, before=before, after=after, size=LIST_PAGE_SIZE
-    )
+    page = keyset_page(qs.defer("key", "value", "headers"), key=order, before=before, after=after, size=size)
     again = failed_again([row.pk for row in page.rows if row.status == Status.REPLAYED])
     for row in page.rows:
         if row.team_id in hidden and row.key_text:
@@ -85,9 +90,9 @@ def failed_again(ids: Collection[int]) -> set[int]:
 def status_counts(user: AnyUser, selection: MessageFilter) -> dict[str, int]:
     """Dead letters per status under every filter but the status one. Filters a failure group determines
     (pipeline, error type, group, DLQ topic) and the cluster are answered from the trigger-kept deltas
-    (``dlq.counts``, a millisecond at any size); a time range or a search counts the matching rows (one
-    grouped query along the filter's index)."""
-    if not (selection.since or selection.until or selection.q):
+    (``dlq.counts``, a millisecond at any size); a time range, a search, a destination or a selection of
+    ids counts the matching rows (one grouped query along the filter's index)."""
+    if selection.group_determined:
         groups = FailureGroup.objects.all()
         if not is_admin(user):
             groups = groups.filter(team__in=visible_teams(user))
@@ -107,16 +112,56 @@ def status_counts(user: AnyUser, selection: MessageFilter) -> dict[str, int]:
     return found
 
 
-def filter_choices(user: AnyUser) -> dict[str, list[str]]:
-    """Pipeline names and error types for the filter form's menus, from the (small) failure-group table, and
-    the Kafka clusters' names when there is more than the default one."""
+@dataclass(frozen=True)
+class FilterChoices:
+    """The filter form's menus: pipeline names, destination names (of the visible pipelines' current
+    revisions), error types, failure groups as (id, label) with the most recently seen first (at most
+    ``GROUP_CHOICES``), and the Kafka clusters' names when there is more than the default one."""
+
+    pipelines: list[str]
+    destinations: list[str]
+    error_types: list[str]
+    groups: list[tuple[int, str]]
+    clusters: list[str]
+
+
+#: At most this many failure groups in the filter form's menu (the most recently seen).
+GROUP_CHOICES = 300
+
+
+def filter_choices(user: AnyUser, *, group: int | None = None) -> FilterChoices:
+    """The filter form's menus for ``user``, from the (small) failure-group and pipeline tables; ``group``,
+    when given and visible, is in the group menu even if older than the ones listed."""
     groups = FailureGroup.objects.filter(team__in=visible_teams(user)).order_by()
     named = list(KafkaCluster.objects.order_by("name").values_list("name", flat=True))
-    return {
-        "pipelines": sorted(set(groups.exclude(pipeline_name="").values_list("pipeline_name", flat=True))),
-        "error_types": sorted(set(groups.values_list("error_type", flat=True))),
-        "clusters": [DEFAULT_CLUSTER_NAME, *named] if named else [],
-    }
+    destinations: set[str] = set()
+    for revision in PipelineRevision.objects.filter(
+        pk__in=Pipeline.objects.filter(team__in=visible_teams(user)).values("current_revision")
+    ):
+        destinations.update(d.name for d in revision.parsed.destinations)
+    recent = list(
+        groups.order_by("-last_seen").values_list(
+            "pk", "error_type", "pipeline_name", "dlq_topic", "signature"
+        )[:GROUP_CHOICES]
+    )
+    if group is not None and all(row[0] != group for row in recent):
+        recent += list(
+            groups.filter(pk=group).values_list("pk", "error_type", "pipeline_name", "dlq_topic", "signature")
+        )
+    return FilterChoices(
+        pipelines=sorted(set(groups.exclude(pipeline_name="").values_list("pipeline_name", flat=True))),
+        destinations=sorted(destinations),
+        error_types=sorted(set(groups.values_list("error_type", flat=True))),
+        groups=[
+            (pk, f"#{pk} {error_type} · {pipeline or topic} · {_clip(signature, 60)}")
+            for pk, error_type, pipeline, topic, signature in recent
+        ],
+        clusters=[DEFAULT_CLUSTER_NAME, *named] if named else [],
+    )
+
+
+def _clip(text: str, length: int) -> str:
+    return text if len(text) <= length else text[: length - 1] + "…"
 
 
 def audit_trail(dead_letter: DeadLetter, approval_ids: list[int], *, limit: int = 200) -> list[AuditEvent]:

@@ -45,12 +45,18 @@ def message_list(request: HttpRequest) -> HttpResponse:
     """``/dlq/``: dead letters of the user's teams with filters, text search, keyset pages and counts per
     status; new arrivals are announced live over ``/ws/dlq/``."""
     query = presenters.list_query(request.GET)
+    size = request.GET.get("size", "")
+    page_size = (
+        int(size) if size.isdigit() and int(size) in selectors.LIST_PAGE_SIZES else selectors.LIST_PAGE_SIZE
+    )
     page = selectors.message_rows(
         request.user,
         query.selection,
         before=parse_cursor(request.GET.get("before")),
         after=parse_cursor(request.GET.get("after")),
+        size=page_size,
     )
+    roles = presenters.roles_of(request.user)
     group = None
     if query.selection.group is not None:
         group = FailureGroup.objects.filter(
@@ -69,10 +75,17 @@ def message_list(request: HttpRequest) -> HttpResponse:
             "group": group,
             "status_tabs": [(value, label.lower(), counts[value]) for value, label in Status.choices],
             "total": sum(counts.values()),
-            "choices": selectors.filter_choices(request.user),
+            "choices": selectors.filter_choices(request.user, group=query.selection.group),
             "ranges": list(presenters.RANGES),
             "status_base": status_params.urlencode(),
             "live_match": query.live_match(),
+            "page_size": page_size,
+            # the filters and status a page-size change keeps (a new size starts at the newest page)
+            "page_size_keep": [
+                (k, v) for k, v in request.GET.items() if k not in ("size", "before", "after")
+            ],
+            "page_sizes": selectors.LIST_PAGE_SIZES,
+            "can_operate": roles.anywhere(Role.OPERATOR),
         },
     )
 
@@ -165,7 +178,7 @@ def bulk(request: HttpRequest) -> HttpResponse:
             "query": query,
             "kind": kind if kind in BulkKind.values else BulkKind.REPLAY,
             "kinds": BulkKind.choices,
-            "choices": selectors.filter_choices(request.user),
+            "choices": selectors.filter_choices(request.user, group=query.selection.group),
             "ranges": list(presenters.RANGES),
             "can_operate": roles.anywhere(Role.OPERATOR),
             "rows": [(b, roles.at_least(b.team_id, Role.OPERATOR)) for b in rows],

@@ -326,6 +326,16 @@ class BulkFiltersSerializer(serializers.Serializer[dict[str, Any]]):
     until = serializers.CharField(required=False, help_text="ISO-8601; last failure before")
     q = serializers.CharField(required=False, help_text="key prefix or error message substring")
     cluster = serializers.CharField(required=False, help_text="Kafka cluster name")
+    destination = serializers.CharField(
+        required=False,
+        help_text="the destination that failed (records that failed every destination match any)",
+    )
+    ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=1),
+        required=False,
+        max_length=1000,
+        help_text="only these dead letters (an operator's selection)",
+    )
 
 
 @extend_schema_field(BulkFiltersSerializer)

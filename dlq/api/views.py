@@ -124,6 +124,14 @@ _FILTER_PARAMS = [
     OpenApiParameter("since", str, description="ISO-8601; last failure at or after"),
     OpenApiParameter("until", str, description="ISO-8601; last failure before"),
     OpenApiParameter("q", str, description="key prefix or error message substring"),
+    OpenApiParameter(
+        "destination",
+        str,
+        description="the destination that failed (records that failed every one match any)",
+    ),
+    OpenApiParameter(
+        "ids", str, description="only these dead letters: ids separated by commas (at most 1,000)"
+    ),
 ]
 
 

@@ -22,10 +22,12 @@
     function body() {
       const f = new FormData(form);
       const filters = {};
-      ["pipeline", "error_type", "group", "q"].forEach(function (name) {
+      ["pipeline", "destination", "error_type", "group", "q", "cluster"].forEach(function (name) {
         const v = (f.get(name) || "").trim();
         if (v) filters[name] = v;
       });
+      const ids = (f.get("ids") || "").trim();  // a selection ticked on the list page
+      if (ids) filters.ids = ids.split(",").map(Number);
       const range = f.get("range");
       const hours = { "1h": 1, "24h": 24, "7d": 168 }[range];
       if (hours) filters.since = new Date(Date.now() - hours * 3600 * 1000).toISOString();

@@ -1,7 +1,12 @@
 /* The dead-letter list, live: dlq.arrived messages that match the page's filters raise the counts and a
  * "N new — show" banner (on the newest page only: older pages are stable by design); "show" swaps in the
  * fresh rows without a reload and highlights them. dlq.message updates a shown row's status in place.
- * After a reconnect the counts and rows are re-read, since updates sent while away are not replayed. */
+ * After a reconnect the counts and rows are re-read, since updates sent while away are not replayed.
+ *
+ * Working the rows: a click anywhere on a row opens its message (not on a link or checkbox, not while
+ * selecting text; Ctrl/Cmd-click opens a tab); ticked rows make a selection with "replay / skip selected"
+ * (a bulk action on exactly those ids, through the bulk form and its approval rules) and "show only
+ * these"; keyboard: j/k move, o or Enter opens, x ticks, / searches, ? lists the keys. */
 "use strict";
 
 (function () {
@@ -37,6 +42,8 @@
     unseen = 0;
     document.getElementById("new-banner").hidden = true;
     dlq.refresh(["status-tabs", "dlq-rows"]).then(function () {
+      syncSelection();
+      cursor = -1;
       document.querySelectorAll("#dlq-rows tr[data-id]").forEach(function (tr) {
         if (Number(tr.dataset.id) > before) tr.classList.add("flash-change", "new-row");
       });
@@ -76,5 +83,89 @@
     onMessage(msg);
   }
 
-  dlq.connect(onAny, function () { dlq.refresh(newest ? ["status-tabs", "dlq-rows"] : ["status-tabs"]); });
+  dlq.connect(onAny, function () {
+    dlq.refresh(newest ? ["status-tabs", "dlq-rows"] : ["status-tabs"]).then(syncSelection);
+  });
+
+  // ---------------------------------------------------------------------------------------- selection
+  const selected = new Set();  // ids (strings) ticked on this page
+  const bar = document.getElementById("selection-bar");
+
+  function boxes() { return Array.from(document.querySelectorAll("#dlq-rows [data-select]")); }
+
+  function syncSelection() {
+    const all = boxes();
+    all.forEach(function (box) { box.checked = selected.has(box.dataset.select); });
+    const ticked = all.filter(function (box) { return box.checked; }).length;
+    const pageBox = document.getElementById("select-page");
+    if (pageBox) {
+      pageBox.checked = ticked > 0 && ticked === all.length;
+      pageBox.indeterminate = ticked > 0 && ticked < all.length;
+    }
+    bar.hidden = selected.size === 0;
+    bar.querySelector("[data-selected-count]").textContent = String(selected.size);
+  }
+
+  function tick(id, on) { if (on) selected.add(id); else selected.delete(id); }
+
+  document.addEventListener("change", function (event) {
+    const target = event.target;
+    if (target.dataset.select) {
+      tick(target.dataset.select, target.checked);
+      syncSelection();
+    } else if (target.id === "select-page") {
+      boxes().forEach(function (box) { tick(box.dataset.select, target.checked); });
+      syncSelection();
+    } else if (target.hasAttribute("data-autosubmit")) {
+      target.form.submit();
+    }
+  });
+  document.getElementById("clear-selection").addEventListener("click", function () { selected.clear(); syncSelection(); });
+
+  bar.querySelectorAll("[data-selection-action]").forEach(function (link) {
+    link.addEventListener("click", function (event) {
+      event.preventDefault();
+      const ids = "ids=" + Array.from(selected).join(",");
+      const action = link.dataset.selectionAction;
+      window.location.href = action === "list" ? bar.dataset.listUrl + "?" + ids : bar.dataset.bulkUrl + "?" + ids + "&kind=" + action;
+    });
+  });
+
+  // ---------------------------------------------------------------------------------------- opening rows
+  function open(tr, newTab) {
+    if (newTab) window.open(tr.dataset.href, "_blank", "noopener");
+    else window.location.href = tr.dataset.href;
+  }
+
+  document.addEventListener("click", function (event) {
+    const tr = event.target.closest("#dlq-rows tr[data-href]");
+    if (!tr || event.target.closest("a, button, input, label, select, textarea")) return;
+    if (String(window.getSelection ? window.getSelection() : "")) return;  // selecting text to copy it
+    open(tr, event.ctrlKey || event.metaKey);
+  });
+
+  // ---------------------------------------------------------------------------------------- keyboard
+  let cursor = -1;
+  function rows() { return Array.from(document.querySelectorAll("#dlq-rows tr[data-href]")); }
+  function move(by) {
+    const all = rows();
+    if (!all.length) return;
+    cursor = Math.max(0, Math.min(all.length - 1, cursor + by));
+    all.forEach(function (tr, i) { tr.classList.toggle("cursor", i === cursor); });
+    all[cursor].scrollIntoView({ block: "nearest" });
+  }
+
+  window.StreamForgeKeys.bind({
+    j: function () { move(1); },
+    k: function () { move(-1); },
+    o: function () { const tr = rows()[cursor]; if (tr) open(tr, false); },
+    Enter: function () { const tr = rows()[cursor]; if (tr) open(tr, false); },
+    x: function () {
+      const tr = rows()[cursor];
+      if (!tr) return;
+      const box = tr.querySelector("[data-select]");
+      tick(box.dataset.select, !box.checked);
+      syncSelection();
+    },
+  }, { "j / k": "next / previous dead letter", "o or Enter": "open it", x: "tick it (select)" });
 })();

@@ -390,7 +390,7 @@ def test_a_runbook_leads_to_a_counted_bulk_replay_whose_progress_moves_live(
     card.get_by_test_id("runbook-bulk-replay").click()
     expect(page).to_have_url(re.compile(rf"/dlq/bulk/\?group={group.pk}&kind=replay$"))
     form = page.get_by_test_id("bulk-form")
-    expect(form.locator("input[name=group]")).to_have_value(str(group.pk))
+    expect(form.locator("select[name=group]")).to_have_value(str(group.pk))
     create = page.get_by_test_id("bulk-create")
     expect(create).to_be_disabled()
     page.get_by_test_id("bulk-rate").fill("2")
@@ -446,3 +446,80 @@ def test_an_admin_writes_a_runbook_beside_its_group(open_page, people, pipeline,
     expect(runbook).to_contain_text("<b>not bold</b>")  # shown as the text it is
     expect(runbook.get_by_role("link", name="Bulk skip this group")).to_be_visible()
     assert AuditEvent.objects.filter(action="runbook.create", actor_name="ada").exists()
+
+
+def test_an_operator_finds_and_works_messages_with_filters_selection_and_the_keyboard(
+    open_page, people, pipeline, bad_push
+):
+    """#18 item 4: a destination filter, a failure-group picker, page sizes, whole rows that open the
+    message, a selection of rows made with the mouse and the keyboard that becomes a bulk replay of exactly
+    those ids (counted first, as any bulk action), "/" to search, "?" for the keys, and a skip link."""
+    parked = store(
+        pipeline,
+        [
+            (f"k-{i:02}".encode(), bad_push, "JsonPathNotFound", "path /payload/size not found")
+            for i in range(30)
+        ],
+    )
+    pulls = [dl.pk for dl in parked[:10]]
+    DeadLetter.objects.filter(pk__in=pulls).update(destination="pull-requests")
+    group = parked[0].group
+    page = open_page(people["operator"])
+    page.goto("/dlq/?size=25")
+    expect(page.locator("#dlq-rows tr[data-id]")).to_have_count(25)
+    page.get_by_test_id("page-size").locator("select").select_option("100")
+    expect(page).to_have_url(re.compile(r"size=100"))
+    expect(page.locator("#dlq-rows tr[data-id]")).to_have_count(30)
+
+    page.get_by_test_id("filter-destination").select_option("pull-requests")
+    page.get_by_test_id("filter-group").select_option(str(group.pk))
+    page.get_by_test_id("apply-filters").click()
+    expect(page).to_have_url(re.compile(rf"destination=pull-requests.*group={group.pk}"))
+    expect(page.locator("#dlq-rows tr[data-id]")).to_have_count(10)
+    expect(page.locator('#status-tabs [data-status="parked"] [data-count]')).to_have_text("10")
+    assert {
+        int(i) for i in page.locator("#dlq-rows tr[data-id]").evaluate_all("rs => rs.map(r => r.dataset.id)")
+    } == set(pulls)
+
+    # A click on the row (its error text, not its link) opens the message.
+    newest = max(pulls)
+    page.locator(f'#dlq-rows tr[data-id="{newest}"] .error-cell').click()
+    expect(page).to_have_url(re.compile(rf"/dlq/messages/{newest}/$"))
+    page.go_back()
+
+    # Keyboard: j j x ticks the second row; two more ticked with the mouse.
+    page.locator("body").click(position={"x": 5, "y": 5})
+    page.keyboard.press("j")
+    page.keyboard.press("j")
+    page.keyboard.press("x")
+    rows = page.locator("#dlq-rows tr[data-id]")
+    expect(rows.nth(1)).to_have_class(re.compile("cursor"))
+    rows.nth(3).locator("[data-select]").check()
+    rows.nth(4).locator("[data-select]").check()
+    expect(page.get_by_test_id("selection-bar")).to_contain_text("3 selected")
+    chosen = sorted(int(rows.nth(i).get_attribute("data-id")) for i in (1, 3, 4))
+    screenshot(page, "dlq-selection")
+    page.get_by_test_id("replay-selected").click()
+    expect(page).to_have_url(re.compile(r"/dlq/bulk/\?ids="))
+    expect(page.get_by_test_id("ids-chip")).to_have_text("only the 3 selected dead letters")
+    page.get_by_test_id("bulk-reason").fill("fixed upstream: these three only")
+    page.get_by_test_id("bulk-count").click()
+    expect(page.get_by_test_id("bulk-preview")).to_contain_text("3 parked messages match")
+    page.get_by_test_id("bulk-create").click()
+    expect(page.get_by_test_id("flash")).to_contain_text("of 3 messages is queued")
+    bulk = BulkAction.objects.latest("id")
+    assert (bulk.kind, sorted(bulk.filters["ids"]), bulk.total) == ("replay", chosen, 3)
+
+    # "/" searches, "?" lists the keys, Tab from the top reaches the skip link first.
+    page.goto("/dlq/")
+    page.locator("body").click(position={"x": 5, "y": 5})
+    page.keyboard.press("/")
+    expect(page.get_by_test_id("search")).to_be_focused()
+    page.keyboard.press("Escape")
+    page.keyboard.press("?")
+    expect(page.get_by_test_id("keys-help")).to_be_visible()
+    expect(page.get_by_test_id("keys-help")).to_contain_text("next / previous dead letter")
+    page.keyboard.press("Escape")
+    page.goto("/dlq/")
+    page.keyboard.press("Tab")
+    expect(page.get_by_test_id("skip-link")).to_be_focused()

@@ -8,6 +8,7 @@ import pytest
 
 from access.models import Role
 from dlq.models import DeadLetter, PayloadRevision, Status
+from pipelines.services import create_pipeline
 from tests.dlq.conftest import api_for, github_spec, missing_size_push
 from tests.factories import TeamFactory, member
 
@@ -167,3 +168,57 @@ def test_an_extra_dlq_topic_cannot_be_a_pipelines_dlq_topic_nor_the_other_way_ro
     assert created.status_code == 400, created.content
     assert list(created.json()) == ["spec.dlq.topic"]
     assert "connect-admins" in created.json()["spec.dlq.topic"][0]
+
+
+# ------------------------------------------------------------------------------------------ selections
+
+
+@pytest.mark.parametrize(
+    ("ids", "reason"),
+    [
+        ([], "at least one id"),
+        (["7x"], "not a dead-letter id"),
+        ([0], "not a dead-letter id"),
+        (",".join(str(i) for i in range(1, 1200)), "at most 1000"),
+    ],
+)
+def test_a_bulk_selection_of_ids_is_checked_and_an_empty_one_never_means_everything(
+    people, parked, ids, reason
+):
+    response = api_for(people["operator"]).post(
+        "/api/dlq/bulk/",
+        {"kind": "skip", "reason": "r", "dry_run": True, "filters": {"ids": ids}},
+        format="json",
+    )
+    assert response.status_code == 400, response.content
+    assert reason in str(response.json())
+
+
+def test_a_selection_and_a_destination_select_exactly_and_only_what_the_caller_may_see(
+    people, pipeline, park, github_events
+):
+    bad = missing_size_push(github_events)
+    rows = park(pipeline, [(f"k{i}".encode(), bad, "JsonPathNotFound", "path not found") for i in range(4)])
+    DeadLetter.objects.filter(pk=rows[0].pk).update(destination="pull-requests")
+    DeadLetter.objects.filter(pk=rows[1].pk).update(destination="*")  # failed every destination
+    other_team = TeamFactory(name="other-team")
+    other = github_spec("other.events", "other")
+    foreign_pipeline = create_pipeline(
+        actor=member(other_team, Role.ADMIN, username="oz"), name="other", team=other_team, spec=other
+    )
+    foreign = park(foreign_pipeline, [(b"f", bad, "JsonPathNotFound", "path not found")])
+    client = api_for(people["operator"])
+
+    listed = client.get("/api/dlq/messages/", {"destination": "pull-requests"}).json()["results"]
+    assert sorted(m["id"] for m in listed) == sorted([rows[0].pk, rows[1].pk])
+
+    wanted = [rows[2].pk, rows[3].pk, foreign[0].pk]
+    listed = client.get("/api/dlq/messages/", {"ids": ",".join(map(str, wanted))}).json()["results"]
+    assert sorted(m["id"] for m in listed) == [rows[2].pk, rows[3].pk]  # another team's id selects nothing
+    counted = client.post(
+        "/api/dlq/bulk/",
+        {"kind": "skip", "reason": "r", "dry_run": True, "filters": {"ids": wanted}},
+        format="json",
+    ).json()
+    assert counted["count"] == 2, counted
+    assert client.get("/api/dlq/messages/", {"ids": "1,x"}).status_code == 400
