@@ -9,8 +9,9 @@ from access.permissions import is_admin
 
 
 def identity(request: HttpRequest) -> dict[str, object]:
-    """``identity``: for a signed-in user, whether they are an admin (everywhere) and their role in each of
-    their teams (``[(team name, role label)]``), shown in the header; empty for anonymous visitors."""
+    """``identity``: for a signed-in user, whether they are an admin (everywhere), whether they manage a
+    team's members (``manages_team``: a team admin) and their role in each of their teams (``[(team name,
+    role label)]``), shown in the header; empty for anonymous visitors."""
     user = request.user
     if not user.is_authenticated:
         return {"identity": None}
@@ -18,6 +19,7 @@ def identity(request: HttpRequest) -> dict[str, object]:
     return {
         "identity": {
             "is_admin": is_admin(user),
+            "manages_team": any(m.manages_team for m in memberships),
             "memberships": [(m.team.name, m.get_role_display()) for m in memberships],
         }
     }

@@ -41,11 +41,19 @@ class Team(models.Model):
 
 
 class Membership(models.Model):
-    """A user's role in one team. A user with the admin role in any team is an admin everywhere."""
+    """A user's role in one team. A user with the admin role in any team is an admin everywhere.
+
+    ``manages_team`` makes the member a team admin: they may manage this team's memberships (add existing
+    users, set roles up to approver, remove members) but never grant admin nor touch an admin's membership
+    (the rules are ``access.people``'s).
+    """
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    manages_team = models.BooleanField(
+        default=False, help_text="may manage this team's memberships (a team admin)"
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["user", "team"], name="one_membership_per_team")]

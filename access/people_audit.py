@@ -116,7 +116,12 @@ def _user_permissions_changed(
 
 
 def _membership_state(membership: Membership) -> dict[str, Any]:
-    return {"user": membership.user.get_username(), "team": membership.team.name, "role": membership.role}
+    return {
+        "user": membership.user.get_username(),
+        "team": membership.team.name,
+        "role": membership.role,
+        "manages_team": membership.manages_team,
+    }
 
 
 def _remember_membership(sender: type[Model], instance: Membership, **_: Any) -> None:

@@ -5,6 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from access import people_views
 from pipelines.metrics import metrics_view
 from streamforge_web import health, views
 
@@ -21,6 +22,8 @@ urlpatterns = [
     path("api/", include("access.api.urls")),
     path("dlq/", include("dlq.urls")),
     path("audit/", include("access.urls")),
+    path("people/", people_views.people_page, name="people"),
+    path("account/", people_views.account_page, name="account"),
     path("", include("pipelines.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The split view serves Swagger UI's start-up script as a file (?script), not inline: the page runs under

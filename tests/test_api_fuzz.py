@@ -62,6 +62,9 @@ _PATH_KINDS = {
     "/api/dlq/topics/": "topic",
     "/api/pipelines/": "pipeline",
     "/api/audit/": "audit",
+    "/api/users/": "user",
+    "/api/teams/": "team",
+    "/api/tokens/": "user",
 }
 #: Body fields that name an object (or, for ``spec``, hold a valid pipeline spec), and where to find one.
 _BODY_REFERENCES = {"team": "team", "group": "group", "pipeline": "pipeline_name", "spec": "spec"}
@@ -197,6 +200,7 @@ def world(db, fuzz_topics):
         topic=[registered.pk],
         bulk=[bulk.pk],
         audit=list(AuditEvent.objects.values_list("sequence", flat=True)[:5]),
+        user=[admin.username, approver.username],
     )
     yield Token.objects.get_or_create(user=admin)[0].key
     KNOWN.clear()

@@ -121,7 +121,8 @@ def test_memberships_created_changed_and_deleted_are_audited():
         "user": "mo",
         "team": "payments",
         "role": "admin",
-        "before": {"user": "mo", "team": "payments", "role": "viewer"},
+        "manages_team": False,
+        "before": {"user": "mo", "team": "payments", "role": "viewer", "manages_team": False},
     }
 
 
