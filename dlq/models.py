@@ -387,10 +387,12 @@ class ApprovalRequest(models.Model):
 
 
 class BulkKind(models.TextChoices):
-    """A bulk action replays or skips every parked message its filter selects."""
+    """A bulk action replays, skips or deletes (erases) every parked message its filter selects; a delete
+    always waits for a second person's approval, like a single one."""
 
     REPLAY = "replay", "Replay"
     SKIP = "skip", "Skip"
+    DELETE = "delete", "Delete (erase)"
 
 
 class BulkState(models.TextChoices):

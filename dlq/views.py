@@ -32,6 +32,7 @@ from dlq.models import (
     RunbookAction,
     Status,
 )
+from dlq.services import kafka_io
 from pipelines.diffs import diff_lines
 from pipelines.models import Pipeline
 
@@ -132,6 +133,12 @@ def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "can_request_delete": can_operate
             and dead_letter.status not in (Status.DELETED, Status.REPLAYING)
             and not info.has_pending_delete(),
+            # Kafka cannot erase one record: the delete dialog says how long the DLQ topic keeps it.
+            "kafka_keeps": kafka_io.retention_text(
+                kafka_io.topic_retention_ms(dead_letter.dlq_topic, dead_letter.cluster_id)
+            )
+            if can_operate and dead_letter.status != Status.DELETED
+            else "",
             "editor_text": editor_text,
             "editor_mode": editor_mode,
         },
@@ -171,6 +178,16 @@ def bulk(request: HttpRequest) -> HttpResponse:
     roles = presenters.roles_of(request.user)
     kind = request.GET.get("kind", BulkKind.REPLAY)
     rows = selectors.bulk_actions(request.user)
+    delete_keeps = ""
+    if kind == BulkKind.DELETE and query.selection.group is not None:
+        group = FailureGroup.objects.filter(
+            pk=query.selection.group, team__in=visible_teams(request.user)
+        ).first()
+        if group is not None:
+            cluster_id = group.dead_letters.values_list("cluster_id", flat=True).first()
+            delete_keeps = f"{group.dlq_topic}: " + kafka_io.retention_text(
+                kafka_io.topic_retention_ms(group.dlq_topic, cluster_id)
+            )
     return render(
         request,
         "dlq/bulk.html",
@@ -183,6 +200,7 @@ def bulk(request: HttpRequest) -> HttpResponse:
             "can_operate": roles.anywhere(Role.OPERATOR),
             "rows": [(b, roles.at_least(b.team_id, Role.OPERATOR)) for b in rows],
             "live_ids": [b.pk for b in rows if b.state in BULK_LIVE_STATES],
+            "delete_keeps": delete_keeps,
         },
     )
 

@@ -363,7 +363,7 @@ class BulkViewSet(ServiceErrorsMixin, mixins.CreateModelMixin, viewsets.ReadOnly
         except FilterError as exc:
             return Response({f"filters.{exc.field}": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
         if data["dry_run"]:
-            preview = services.preview_bulk(actor=request.user, selection=selection)  # type: ignore[arg-type]
+            preview = services.preview_bulk(actor=request.user, selection=selection, kind=data["kind"])  # type: ignore[arg-type]
             return Response(BulkPreviewSerializer(preview).data)
         bulk = services.create_bulk(
             actor=request.user,  # type: ignore[arg-type]

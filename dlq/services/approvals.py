@@ -5,7 +5,6 @@ The approver must be a different person from the requester."""
 from __future__ import annotations
 
 import base64
-from typing import Any
 
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
@@ -20,12 +19,10 @@ from dlq.models import (
     ApprovalRequest,
     ApprovalState,
     DeadLetter,
-    FailureGroup,
-    PayloadRevision,
     Status,
 )
 from dlq.services import bulk as bulk_actions
-from dlq.services import notify
+from dlq.services import erasure, notify
 from dlq.services.errors import Conflict, InvalidRequest
 
 
@@ -116,22 +113,9 @@ def _erase(*, actor: User, dead_letter: DeadLetter, approval: ApprovalRequest) -
         "value": base64.b64encode(bytes(locked.value or b"")).decode(),
         "headers": locked.headers,
     }
-    # The error message (and a stack trace, which travels in the headers) may quote the payload: it goes
-    # too. The error type and the coordinates stay, so the row still says what failed where.
-    DeadLetter.objects.filter(pk=locked.pk).update(
-        key=None,
-        value=None,
-        headers=[],
-        key_text="",
-        error_message="",
-        status=Status.DELETED,
-        status_changed_at=timezone.now(),
-    )
-    for revision in PayloadRevision.objects.filter(dead_letter=locked):
-        # A fix's DSL check holds evaluation errors, which may quote the fixed payload.
-        revision.value, revision.diff, revision.dsl_check = b"", "", _without_messages(revision.dsl_check)
-        revision.save(update_fields=["value", "diff", "dsl_check"])
-    _replace_group_sample(locked)
+    DeadLetter.objects.filter(pk=locked.pk).update(status=Status.DELETED, status_changed_at=timezone.now())
+    erasure.erase_payloads([locked.pk])
+    erasure.replace_group_sample(locked.group_id, [locked.error_message], erased_ids=[locked.pk])
     audit.record(
         actor=actor,
         action="dlq.delete",
@@ -144,33 +128,3 @@ def _erase(*, actor: User, dead_letter: DeadLetter, approval: ApprovalRequest) -
     notify.message_changed_on_commit(
         locked, status=Status.DELETED, action="dlq.delete", actor=actor.get_username()
     )
-
-
-#: What an erased message's failure group shows as its sample when no other message can stand in.
-ERASED_SAMPLE = "(erased)"
-
-
-def _without_messages(check: dict[str, Any]) -> dict[str, Any]:
-    """A stored DSL check with every destination's error message erased (outcomes and types kept)."""
-    if not isinstance(check, dict) or not isinstance(check.get("destinations"), list):
-        return check
-    destinations = [
-        {**d, "error_message": ERASED_SAMPLE if d.get("error_message") else d.get("error_message")}
-        if isinstance(d, dict)
-        else d
-        for d in check["destinations"]
-    ]
-    return {**check, "destinations": destinations}
-
-
-def _replace_group_sample(erased: DeadLetter) -> None:
-    """When the failure group's sample text is the erased message's, show another message of the group
-    instead (the newest parked one, else the newest not deleted), or ``ERASED_SAMPLE`` when none is left."""
-    # Locked: ingest updates the group's counts under the same lock.
-    group = FailureGroup.objects.select_for_update().get(pk=erased.group_id)
-    if not erased.error_message or group.sample_message != erased.error_message[:2000]:
-        return
-    others = group.dead_letters.exclude(pk=erased.pk).exclude(status=Status.DELETED).exclude(error_message="")
-    other = others.filter(status=Status.PARKED).order_by("-id").first() or others.order_by("-id").first()
-    group.sample_message = other.error_message[:2000] if other is not None else ERASED_SAMPLE
-    group.save(update_fields=["sample_message"])

@@ -55,7 +55,7 @@ from dlq.models import (
     ReplayState,
     Status,
 )
-from dlq.services import kafka_io, notify
+from dlq.services import erasure, kafka_io, notify
 from dlq.services.errors import Conflict, InvalidRequest
 from dlq.services.inspection import visible_dead_letters
 from dlq.services.kafka_io import OutgoingRecord
@@ -235,14 +235,21 @@ def _counts_by_team(qs: QuerySet[DeadLetter]) -> list[tuple[str, int]]:
     return [(row["team__name"], row["n"]) for row in grouped]
 
 
-def preview_bulk(*, actor: User, selection: MessageFilter) -> BulkPreview:
-    """What a bulk action with this filter would select now, among the parked messages the actor sees."""
+def needs_approval(kind: str, total: int) -> bool:
+    """Whether a bulk action of ``kind`` selecting ``total`` messages waits for an approver: a delete
+    always (as a single delete does), a replay or skip above ``DLQ_BULK_APPROVAL_THRESHOLD`` messages."""
+    return kind == BulkKind.DELETE or total > settings.DLQ_BULK_APPROVAL_THRESHOLD
+
+
+def preview_bulk(*, actor: User, selection: MessageFilter, kind: str = BulkKind.REPLAY) -> BulkPreview:
+    """What a bulk action of ``kind`` with this filter would select now, among the parked messages the
+    actor sees."""
     per_team = dict(_counts_by_team(_bulk_queryset(actor, selection)))
     total = sum(per_team.values())
     return BulkPreview(
         count=total,
         teams=per_team,
-        needs_approval=total > settings.DLQ_BULK_APPROVAL_THRESHOLD,
+        needs_approval=needs_approval(kind, total),
         approval_threshold=settings.DLQ_BULK_APPROVAL_THRESHOLD,
     )
 
@@ -256,9 +263,9 @@ def create_bulk(
     rate_limit: int = 100,
     target_topic: str = "",
 ) -> BulkAction:
-    """Create a bulk replay or skip of every parked message the filter selects now (ids up to the current
-    newest). It is queued at once, or waits for an approver when it selects more than
-    ``STREAMFORGE_DLQ_BULK_APPROVAL_THRESHOLD`` messages. The selection must lie in one team, where the
+    """Create a bulk replay, skip or delete of every parked message the filter selects now (ids up to the
+    current newest). It is queued at once, or waits for an approver (``needs_approval``: a delete always,
+    otherwise above ``STREAMFORGE_DLQ_BULK_APPROVAL_THRESHOLD`` messages). The selection must lie in one team, where the
     actor needs the operator role. ``rate_limit`` is messages per second (1..10000; 0: unlimited).
     Raises InvalidRequest, PermissionDenied.
     """
@@ -282,8 +289,8 @@ def create_bulk(
     with transaction.atomic():
         max_id = qs.order_by("-id").values_list("id", flat=True).first() or 0
         total = qs.filter(id__lte=max_id).count()
-        needs_approval = total > settings.DLQ_BULK_APPROVAL_THRESHOLD
-        row = BULK_TRANSITIONS["request" if needs_approval else "create"]
+        approval = needs_approval(kind, total)
+        row = BULK_TRANSITIONS["request" if approval else "create"]
         _check_actor(row, actor, team=team, requester_id=actor.pk)
         if target_topic and not is_admin(actor):
             raise InvalidRequest(
@@ -298,7 +305,7 @@ def create_bulk(
             reason=reason.strip(),
             rate_limit=rate_limit,
             state=row.target,
-            approval_required=needs_approval,
+            approval_required=approval,
             total=total,
             created_by=actor,
         )
@@ -310,7 +317,7 @@ def create_bulk(
             reason=reason,
             details={"kind": kind, "filters": bulk.filters, "total": total, "rate_limit": rate_limit},
         )
-        if needs_approval:
+        if approval:
             ApprovalRequest.objects.create(
                 kind=ApprovalKind.BULK,
                 team=team,
@@ -499,6 +506,8 @@ def run_bulk(*, bulk_id: int, chunk_size: int | None = None) -> BulkAction:
             after = max(ids)
             if bulk.kind == BulkKind.REPLAY:
                 settler.submit(_send_replay_chunk(bulk, ids))
+            elif bulk.kind == BulkKind.DELETE:
+                record(ids, *_bulk_delete_chunk(bulk, ids))
             else:
                 record(ids, *_bulk_skip_chunk(bulk, ids))
             sent_this_run += len(ids)
@@ -808,6 +817,24 @@ def _bulk_skip_chunk(bulk: BulkAction, ids: Sequence[int]) -> tuple[int, int, in
     with transaction.atomic():
         skipped = len(_claim(ids, Status.SKIPPED, bulk))
     return skipped, skipped, 0
+
+
+def _bulk_delete_chunk(bulk: BulkAction, ids: Sequence[int]) -> tuple[int, int, int]:
+    """Delete (erase) the still-parked of ``ids`` in one transaction: claimed to DELETED, payloads erased
+    (``erasure``), failure groups' samples replaced where they quoted an erased message. No audit event per
+    message: the approved bulk action's events carry the reason, the approver and the counts; each
+    message's ``closed_by_bulk`` points to it."""
+    with transaction.atomic():
+        claimed = _claim(ids, Status.DELETED, bulk, returning="id, group_id, error_message")
+        erased = [int(row[0]) for row in claimed]
+        if erased:
+            erasure.erase_payloads(erased)
+            messages: dict[int, set[str]] = {}
+            for _pk, group_id, message in claimed:
+                messages.setdefault(int(group_id), set()).add(message or "")
+            for group_id in sorted(messages):  # one lock order for every worker
+                erasure.replace_group_sample(group_id, messages[group_id], erased_ids=erased)
+    return len(erased), len(erased), 0
 
 
 def stale_bulk_ids() -> list[int]:

@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource
 from django.conf import settings
+from django.core.cache import cache
 
 from pipelines.clusters import connection_for
 from pipelines.models import KafkaCluster
 from streamforge_core import contract as c
-from streamforge_core.kafka import KafkaConnection, Record, consumer_config, producer_config
+from streamforge_core.kafka import KafkaConnection, Record, admin_config, consumer_config, producer_config
 
 
 @dataclass
@@ -200,3 +202,52 @@ def find_replay_ids(
     finally:
         consumer.close()
     return found
+
+
+#: How long a topic's ``retention.ms`` is remembered (seconds): it changes rarely, and the message page
+#: must not wait on the broker every time it is shown.
+RETENTION_CACHE_SECONDS = 300
+
+
+def topic_retention_ms(topic: str, cluster_id: int | None) -> int | None:
+    """The DLQ topic's ``retention.ms`` as the broker reports it (Kafka topic config; -1 means kept
+    forever), cached for ``RETENTION_CACHE_SECONDS``; None when the broker does not answer within 2 s (the
+    page then says so without a figure; that answer is cached for a minute, so a broker outage costs a page
+    2 s once, not on every view)."""
+    key = f"dlq:retention-ms:{cluster_id or 0}:{topic}"
+    cached = cache.get(key)
+    if cached is not None:
+        return None if cached == _UNKNOWN else int(cached)
+    try:
+        admin = AdminClient(admin_config(connection_of(cluster_id)))
+        futures = admin.describe_configs(
+            [ConfigResource(ConfigResource.Type.TOPIC, topic)], request_timeout=2
+        )
+        value = int(next(iter(futures.values())).result(timeout=2)["retention.ms"].value)
+    except Exception:  # the broker is away or the topic is gone: the figure is left out, nothing fails
+        cache.set(key, _UNKNOWN, 60)
+        return None
+    cache.set(key, value, RETENTION_CACHE_SECONDS)
+    return value
+
+
+_UNKNOWN = "unknown"
+
+
+def retention_text(retention_ms: int | None) -> str:
+    """How long Kafka keeps a record, for people: "at least 7 days (retention.ms = 604800000)", "forever
+    (retention.ms = -1)", or a plain "until the topic's retention removes it" when unknown. A record goes
+    no earlier than ``retention.ms`` after its timestamp, once its log segment is closed (Kafka's topic
+    config ``retention.ms``)."""
+    if retention_ms is None:
+        return "until the topic's retention removes it"
+    if retention_ms < 0:
+        return "forever (retention.ms = -1)"
+    hours = retention_ms / 3_600_000
+    if hours >= 48 and hours % 24 == 0:
+        amount = f"{int(hours // 24)} days"
+    elif hours >= 1:
+        amount = f"{hours:g} hours"
+    else:
+        amount = f"{retention_ms / 60_000:g} minutes"
+    return f"at least {amount} (retention.ms = {retention_ms})"

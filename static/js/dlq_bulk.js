@@ -46,6 +46,14 @@
       preview.className = "bulk-preview " + (kind || "");
     }
 
+    // The kind's own warning (a delete erases, always needs an approver, and Kafka keeps its copy).
+    const kindSelect = form.querySelector("[name=kind]");
+    function showKindNote() {
+      form.querySelectorAll("[data-kind-note]").forEach(function (note) { note.hidden = note.dataset.kindNote !== kindSelect.value; });
+    }
+    kindSelect.addEventListener("change", showKindNote);
+    showKindNote();
+
     form.addEventListener("input", function (event) {
       if (event.target.name === "reason") return;  // the reason does not change what is selected
       if (counted) say("The filter changed: count again.", "");

@@ -273,7 +273,28 @@
   }
 
   // ---------------------------------------------------------------------------------------- data flow
+  // The metrics request can take seconds (it asks Kafka for the consumer group's lag), and live messages
+  // keep arriving meanwhile: what it answers must not overwrite them. Progress newer than the answer's last
+  // batch is applied again on top of it; a state or alert message received while it was in flight wins.
+  const recentProgress = [];  // the latest live progress messages, oldest first
+  let statusMessages = 0;     // state / alert messages received so far
+
+  function applyProgress(msg, countDeadLetters) {
+    addToBucket(msg.time_ms, { batches: 1, consumed: msg.consumed, produced: msg.produced, dead_lettered: msg.dead_lettered,
+                               retries: msg.retries, lag: msg.lag, durationSum: msg.duration_ms });
+    redrawSeries();
+    msg.partitions.forEach(function (p) { partitionLag.set(p.topic + "/" + p.partition, p.lag); });
+    redrawPartitions();
+    if (countDeadLetters) {
+      Object.entries(msg.dead_lettered_by_type || {}).forEach(function (e) { dlqByType.set(e[0], (dlqByType.get(e[0]) || 0) + e[1]); });
+      redrawDlq();
+    }
+    showFigures(msg.figures);
+    showLastBatch(msg);
+  }
+
   function load() {
+    const statusBefore = statusMessages;
     return fetch(metricsUrl, { credentials: "same-origin" })
       .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
       .then(function (m) {
@@ -294,12 +315,17 @@
                       lag: m.lag, worst_partition: worst, dead_lettered: m.totals.dead_lettered,
                       dlq_records: m.totals.dlq_records });
         showLastBatch(m.last_batch);
-        showState(m.state, m.desired_state, document.querySelector('#pipeline [data-field="reason"]').textContent);
-        showActions(m.actions);
-        showRevisions(m.revision, m.running_revision);
-        alerts.clear();
-        m.alerts.forEach(function (a) { alerts.set(a.rule, a); });
-        showAlerts();
+        const answered = m.last_batch ? m.last_batch.time_ms : 0;
+        recentProgress.filter(function (msg) { return msg.time_ms > answered; })
+          .forEach(function (msg) { applyProgress(msg, false); });  // the page's own total already counts them
+        if (statusMessages === statusBefore) {
+          showState(m.state, m.desired_state, document.querySelector('#pipeline [data-field="reason"]').textContent);
+          showActions(m.actions);
+          showRevisions(m.revision, m.running_revision);
+          alerts.clear();
+          m.alerts.forEach(function (a) { alerts.set(a.rule, a); });
+          showAlerts();
+        }
       })
       .catch(function (e) { console.warn("metrics load failed", e); });
   }
@@ -307,20 +333,16 @@
   function onMessage(msg) {
     if (msg.pipeline !== name) return;
     if (msg.type === "pipeline.progress") {
-      addToBucket(msg.time_ms, { batches: 1, consumed: msg.consumed, produced: msg.produced, dead_lettered: msg.dead_lettered,
-                                 retries: msg.retries, lag: msg.lag, durationSum: msg.duration_ms });
-      redrawSeries();
-      msg.partitions.forEach(function (p) { partitionLag.set(p.topic + "/" + p.partition, p.lag); });
-      redrawPartitions();
-      Object.entries(msg.dead_lettered_by_type || {}).forEach(function (e) { dlqByType.set(e[0], (dlqByType.get(e[0]) || 0) + e[1]); });
-      redrawDlq();
-      showFigures(msg.figures);
-      showLastBatch(msg);
+      recentProgress.push(msg);
+      if (recentProgress.length > 500) recentProgress.shift();
+      applyProgress(msg, true);
     } else if (msg.type === "pipeline.status") {
+      statusMessages += 1;
       showState(msg.state, msg.desired_state, msg.reason);
       showActions(msg.actions);
       showRevisions(msg.revision, msg.running_revision);
     } else if (msg.type === "pipeline.alert") {
+      statusMessages += 1;
       if (msg.firing) alerts.set(msg.rule, msg); else alerts.delete(msg.rule);
       showAlerts();
     }

@@ -523,3 +523,48 @@ def test_an_operator_finds_and_works_messages_with_filters_selection_and_the_key
     page.goto("/dlq/")
     page.keyboard.press("Tab")
     expect(page.get_by_test_id("skip-link")).to_be_focused()
+
+
+def test_a_group_offers_replay_and_delete_of_all_and_the_delete_says_how_long_kafka_keeps_it(
+    open_page, people, pipeline, bad_push, kafka_admin
+):
+    """#18 items 4 and 5: per-group "replay all" and "request delete of all" (a bulk delete that always
+    waits for an approver), and the delete dialogs say plainly that the DLQ topic keeps its copy, with the
+    topic's retention.ms read from the broker."""
+    dlq_topic = pipeline.current_revision.spec["dlq"]["topic"]
+    week = 7 * 24 * 3600 * 1000
+    kafka_admin.create_topics([NewTopic(dlq_topic, 1, 1, config={"retention.ms": str(week)})])[
+        dlq_topic
+    ].result(timeout=30)
+    try:
+        parked = store(
+            pipeline,
+            [
+                (f"d-{i}".encode(), bad_push, "JsonPathNotFound", "path /payload/size not found")
+                for i in range(3)
+            ],
+        )
+        group = parked[0].group
+        page = open_page(people["operator"])
+        page.goto("/dlq/groups/")
+        card = page.locator(f'[data-group="{group.pk}"]')
+        expect(card.get_by_test_id("group-replay-all")).to_have_text("Replay all 3 parked…")
+        card.get_by_test_id("group-delete-all").click()
+        expect(page).to_have_url(re.compile(rf"/dlq/bulk/\?group={group.pk}&kind=delete$"))
+        note = page.get_by_test_id("delete-note")
+        expect(note).to_be_visible()
+        expect(note).to_contain_text(f"{dlq_topic}: at least 7 days (retention.ms = {week})")
+        page.get_by_test_id("bulk-reason").fill("customer asked for erasure")
+        page.get_by_test_id("bulk-count").click()
+        expect(page.get_by_test_id("bulk-preview")).to_contain_text("3 parked messages match")
+        expect(page.get_by_test_id("bulk-preview")).to_contain_text("approv")
+        page.get_by_test_id("bulk-kind").select_option("replay")
+        expect(note).to_be_hidden()
+
+        page.goto(f"/dlq/messages/{parked[0].pk}/")
+        page.get_by_test_id("request-delete").click()
+        expect(page.locator("dialog[open]")).to_contain_text(
+            f"the copy in the DLQ topic {dlq_topic} stays there at least 7 days (retention.ms = {week})"
+        )
+    finally:
+        kafka_admin.delete_topics([dlq_topic])[dlq_topic].result(timeout=30)

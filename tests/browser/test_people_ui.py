@@ -17,13 +17,15 @@ from tests.factories import TeamFactory, UserFactory, member
 pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.kafka]
 
 
-def test_an_admin_adds_a_member_and_the_new_member_creates_a_token_shown_once(open_page, browser_env):
+def test_an_admin_adds_a_member_and_the_new_member_creates_a_token_shown_once(
+    open_page, browser_env, asgi_server
+):
     team = TeamFactory(name="people-browser")
     admin = member(team, Role.ADMIN, username="people-browser-admin")
     newbie = UserFactory(username="people-browser-newbie")
 
     page = open_page(admin)
-    watcher = Watcher(page)
+    watcher = Watcher(page, asgi_server.url)
     page.goto("/people/")
     form = page.get_by_test_id("add-member-people-browser")
     form.get_by_test_id("add-member-username").fill(newbie.username)
@@ -38,7 +40,7 @@ def test_an_admin_adds_a_member_and_the_new_member_creates_a_token_shown_once(op
     assert watcher.problems() == []
 
     page = open_page(newbie)
-    watcher = Watcher(page)
+    watcher = Watcher(page, asgi_server.url)
     page.goto("/")
     page.get_by_test_id("user").click()  # the user name in the header leads to the account page
     expect(page.get_by_test_id("token-none")).to_be_visible()
