@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+from urllib.parse import urlencode
+
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
@@ -39,5 +42,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
             "actions": selectors.audit_actions(),
             "chain": verify_chain(),
             "base": params.urlencode(),
+            # the filters an export of this view keeps (the same names as the API's)
+            "export_query": urlencode({k: v for k, v in asdict(query).items() if v}),
         },
     )

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 from django.utils import timezone
 
@@ -127,6 +128,15 @@ def list_query(params: Mapping[str, str], *, now: datetime | None = None) -> Lis
             errors[exc.field] = str(exc).split(": ", 1)[-1]
             values[exc.field] = ""
     return ListQuery(selection, form, errors)
+
+
+def export_query(selection: MessageFilter) -> str:
+    """The query string of the API's export (``/api/dlq/messages/export/``) of exactly ``selection``: the
+    page's ``range`` is already resolved into ``since``, ignored invalid values are left out."""
+    data = selection.to_json()
+    if "ids" in data:
+        data["ids"] = ",".join(str(pk) for pk in data["ids"])
+    return urlencode(data)
 
 
 # ------------------------------------------------------------------------------------------ message

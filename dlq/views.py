@@ -87,6 +87,7 @@ def message_list(request: HttpRequest) -> HttpResponse:
             ],
             "page_sizes": selectors.LIST_PAGE_SIZES,
             "can_operate": roles.anywhere(Role.OPERATOR),
+            "export_query": presenters.export_query(query.selection),
         },
     )
 

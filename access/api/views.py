@@ -1,6 +1,6 @@
 """``/api/audit/``: the audit log, and ``/api/audit/verify/``: whether its hash chain is intact.
 
-Admins read the whole log with filters. Everyone else reads the trail of one object they may see
+Admins read the whole log with filters, and export it (``/api/audit/export/?as=csv|json``). Everyone else reads the trail of one object they may see
 (``?target_type=dead_letter&target_id=42``), which is what the message and pipeline pages show.
 """
 
@@ -10,8 +10,11 @@ from dataclasses import asdict
 from typing import Any
 
 from django.db.models import QuerySet
+from django.http.response import HttpResponseBase
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status, viewsets
+from rest_framework.decorators import action
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -19,8 +22,10 @@ from rest_framework.views import APIView
 
 from access.api.serializers import AuditEventSerializer, ChainReportSerializer
 from access.audit import target_visible, verify_chain
+from access.exports import FORMATS, export_audit_log, streamed
 from access.models import AuditEvent
 from access.permissions import is_admin
+from access.selectors import AuditQuery
 
 
 class NewestEventsFirst(CursorPagination):
@@ -79,6 +84,35 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet[AuditEvent]):
                 status=status.HTTP_403_FORBIDDEN,
             )
         return super().list(request, *args, **kwargs)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("action", str),
+            OpenApiParameter("actor", str),
+            OpenApiParameter("target_type", str),
+            OpenApiParameter("target_id", str),
+            OpenApiParameter(
+                "as", str, enum=sorted(FORMATS), default="csv", description="csv, or json: JSON Lines"
+            ),
+        ],
+        responses={(200, "text/csv"): OpenApiTypes.STR, (200, "application/x-ndjson"): OpenApiTypes.STR},
+    )
+    @action(detail=False, methods=["get"], pagination_class=None)
+    def export(self, request: Request) -> HttpResponseBase:
+        """The events the filters select, newest first, as a CSV or JSON Lines download (columns:
+        ``access.exports.AUDIT_COLUMNS``); audited as ``audit.export``. 403 for a non-admin, 400 for a bad
+        ``as``."""
+        if not is_admin(request.user):
+            return Response({"detail": "only admins export the audit log"}, status=status.HTTP_403_FORBIDDEN)
+        fmt = request.query_params.get("as", "csv")
+        if fmt not in FORMATS:
+            return Response({"as": [f"one of {', '.join(FORMATS)}"]}, status=status.HTTP_400_BAD_REQUEST)
+        export = export_audit_log(
+            actor=request.user,  # type: ignore[arg-type]
+            query=AuditQuery.from_params(request.query_params),
+            fmt=fmt,
+        )
+        return streamed(request._request, export.chunks, fmt=export.fmt, name=export.name)
 
 
 class AuditVerifyView(APIView):

@@ -13,8 +13,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import QuerySet
+from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -23,6 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from access.exports import FORMATS, streamed
 from access.models import Role, Team
 from access.permissions import require_role, visible_teams
 from dlq import services
@@ -135,9 +138,24 @@ _FILTER_PARAMS = [
 ]
 
 
-def _selection(request: Request) -> MessageFilter:
-    params = {k: v for k, v in request.query_params.items() if k not in ("cursor", "page_size", "format")}
+def _selection(request: Request, *, also: tuple[str, ...] = ()) -> MessageFilter:
+    """The message filter of the query string; ``also`` names further parameters that are not filters."""
+    skip = ("cursor", "page_size", "format", *also)
+    params = {k: v for k, v in request.query_params.items() if k not in skip}
     return MessageFilter.from_mapping(params)
+
+
+_EXPORT_PARAMS = [
+    *_FILTER_PARAMS,
+    OpenApiParameter(
+        "as",
+        str,
+        enum=list(FORMATS),
+        default="csv",
+        description="csv, or json: JSON Lines, one object a line",
+    ),
+    OpenApiParameter("include_payload", bool, default=True, description="false: leave the value columns out"),
+]
 
 
 class DeadLetterViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[DeadLetter]):
@@ -177,6 +195,29 @@ class DeadLetterViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[DeadLe
         return self.get_paginated_response(
             DeadLetterListSerializer(page, many=True, context={"key_masked_teams": hidden}).data
         )
+
+    @extend_schema(
+        parameters=_EXPORT_PARAMS,
+        responses={
+            (200, "text/csv"): OpenApiTypes.STR,
+            (200, "application/x-ndjson"): OpenApiTypes.STR,
+        },
+    )
+    @action(detail=False, methods=["get"], pagination_class=None)
+    def export(self, request: Request) -> StreamingHttpResponse:
+        """The dead letters the filters select, newest first, as a CSV or JSON Lines download (columns:
+        ``dlq.services.exports.EXPORT_COLUMNS``), keys and payloads masked as on the message page; audited.
+        400 names a bad filter, a bad ``as``, or ``filter`` when more than 100,000 match."""
+        include = request.query_params.get("include_payload", "true").lower()
+        if include not in ("true", "false", "1", "0"):
+            raise services.InvalidRequest("include_payload", "true or false")
+        export = services.export_dead_letters(
+            actor=request.user,  # type: ignore[arg-type]
+            selection=_selection(request, also=("as", "include_payload")),
+            fmt=request.query_params.get("as", "csv"),
+            include_payload=include in ("true", "1"),
+        )
+        return streamed(request._request, export.chunks, fmt=export.fmt, name=export.name)
 
     @extend_schema(responses={200: MessageInspectionSerializer})
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:

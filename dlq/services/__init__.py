@@ -19,6 +19,7 @@ One module per workflow; this package re-exports their public names, so ``servic
 - ``admin``: extra DLQ topics and runbooks;
 - ``retention``: retention policies and the purge of closed dead letters;
 - ``notify``: after-commit notifications of the console pages;
+- ``exports``: CSV / JSON Lines export of a filter's dead letters, masked and audited;
 - ``errors``: InvalidRequest (400), Conflict (409), ReplayFailed (503).
 """
 
@@ -38,6 +39,7 @@ from dlq.services.bulk import (
     stale_bulk_ids,
 )
 from dlq.services.errors import Conflict, InvalidRequest, ReplayFailed, WouldFailAgain
+from dlq.services.exports import EXPORT_MAX_ROWS, DeadLetterExport, export_dead_letters
 from dlq.services.fixes import (
     DestinationOutcome,
     DraftCheck,
@@ -89,12 +91,14 @@ from dlq.services.retention import apply_retention, set_policy
 __all__ = [
     "BULK_RUNNABLE",
     "BULK_TRANSITIONS",
+    "EXPORT_MAX_ROWS",
     "MASK",
     "UNMASKED",
     "ApprovalSummary",
     "BulkPreview",
     "BulkTransition",
     "Conflict",
+    "DeadLetterExport",
     "DestinationOutcome",
     "DlqCoordinates",
     "DraftCheck",
@@ -124,6 +128,7 @@ __all__ = [
     "current_payload",
     "decode_headers",
     "delete_runbook",
+    "export_dead_letters",
     "fix_payload",
     "hex_dump",
     "inspect_message",

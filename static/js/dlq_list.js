@@ -5,8 +5,8 @@
  *
  * Working the rows: a click anywhere on a row opens its message (not on a link or checkbox, not while
  * selecting text; Ctrl/Cmd-click opens a tab); ticked rows make a selection with "replay / skip selected"
- * (a bulk action on exactly those ids, through the bulk form and its approval rules) and "show only
- * these"; keyboard: j/k move, o or Enter opens, x ticks, / searches, ? lists the keys. */
+ * (a bulk action on exactly those ids, through the bulk form and its approval rules), "export selected"
+ * (a CSV of exactly those ids) and "show only these"; keyboard: j/k move, o or Enter opens, x ticks, / searches, ? lists the keys. */
 "use strict";
 
 (function () {
@@ -127,7 +127,8 @@
       event.preventDefault();
       const ids = "ids=" + Array.from(selected).join(",");
       const action = link.dataset.selectionAction;
-      window.location.href = action === "list" ? bar.dataset.listUrl + "?" + ids : bar.dataset.bulkUrl + "?" + ids + "&kind=" + action;
+      if (action === "export") window.location.href = bar.dataset.exportUrl + "?as=csv&" + ids;
+      else window.location.href = action === "list" ? bar.dataset.listUrl + "?" + ids : bar.dataset.bulkUrl + "?" + ids + "&kind=" + action;
     });
   });
 
