@@ -2,8 +2,9 @@
 
     .venv/bin/python demo/screenshots.py --password <admin password printed by make demo>
 
-Drives Debian's Chromium with Playwright, signs in as the demo admin and saves the dashboard, the DLQ
-console and the failure groups into docs/img/.
+Drives Debian's Chromium with Playwright, signs in as the demo admin and saves, into docs/img/: the
+dashboard, the pipeline's page, the DLQ console (list, a message, failure groups, bulk actions) in the dark
+theme, the dashboard and a message in the light one, and the DLQ list on a 390 px phone.
 """
 
 from __future__ import annotations
@@ -12,33 +13,69 @@ import argparse
 import sys
 from pathlib import Path
 
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import Browser, Page, sync_playwright
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "img"
 
+#: (file name, path) of the desktop shots; "{pipeline}" and "{message}" are filled in from the demo.
+DESKTOP = (
+    ("dashboard", "/"),
+    ("pipeline", "/pipelines/{pipeline}/"),
+    ("dlq", "/dlq/"),
+    ("message", "/dlq/messages/{message}/"),
+    ("groups", "/dlq/groups/"),
+    ("bulk", "/dlq/bulk/"),
+)
+
+
+def _signed_in(browser: Browser, args: argparse.Namespace, **context: object) -> Page:
+    page = browser.new_context(**context).new_page()  # type: ignore[arg-type]
+    page.goto(f"{args.url}/login/")
+    page.fill("input[name=username]", args.user)
+    page.fill("input[name=password]", args.password)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{args.url}/")
+    return page
+
+
+def _shoot(page: Page, url: str, name: str) -> None:
+    page.goto(url)
+    page.wait_for_timeout(4000)  # a few live updates arrive
+    page.screenshot(path=str(OUT / f"{name}.png"), full_page=False)
+    sys.stdout.write(f"{OUT / (name + '.png')}\n")
+
 
 def main() -> None:
-    """Sign in and save one PNG per page (1440x900 viewport, full page)."""
+    """Sign in and save one PNG per page (1440x900, and 390x844 for the phone)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--user", default="admin")
     parser.add_argument("--password", required=True)
+    parser.add_argument("--pipeline", default="github-demo")
     parser.add_argument("--chromium", default="/usr/bin/chromium")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=args.chromium, headless=True)
-        page = browser.new_page(viewport={"width": 1440, "height": 900})
-        page.goto(f"{args.url}/login/")
-        page.fill("input[name=username]", args.user)
-        page.fill("input[name=password]", args.password)
-        page.click("button[type=submit]")
-        page.wait_for_url(f"{args.url}/")
-        for name, path in (("dashboard", "/"), ("dlq", "/dlq/"), ("groups", "/dlq/groups/")):
-            page.goto(args.url + path)
-            page.wait_for_timeout(4000)  # a few live updates arrive
-            page.screenshot(path=str(OUT / f"{name}.png"), full_page=False)
-            sys.stdout.write(f"{OUT / (name + '.png')}\n")
+        page = _signed_in(browser, args, viewport={"width": 1440, "height": 900}, color_scheme="dark")
+        page.goto(f"{args.url}/dlq/?error_type=JsonPathNotFound&status=parked")
+        first = page.locator("#dlq-rows tr[data-id]").first
+        message = first.get_attribute("data-id") if first.count() else "1"
+        fill = {"pipeline": args.pipeline, "message": message}
+        for name, path in DESKTOP:
+            _shoot(page, args.url + path.format(**fill), name)
+        light = _signed_in(browser, args, viewport={"width": 1440, "height": 900}, color_scheme="light")
+        _shoot(light, f"{args.url}/", "dashboard-light")
+        _shoot(light, f"{args.url}/dlq/messages/{message}/", "message-light")
+        phone = _signed_in(
+            browser,
+            args,
+            viewport={"width": 390, "height": 844},
+            is_mobile=True,
+            has_touch=True,
+            color_scheme="dark",
+        )
+        _shoot(phone, f"{args.url}/dlq/", "dlq-phone")
         browser.close()
 
 

@@ -183,15 +183,16 @@ def _target_topic(actor: User, dead_letter: DeadLetter, requested: str) -> str:
 
 
 def would_fail_again(
-    dead_letter: DeadLetter, value: bytes | None, *, target: str = ""
+    dead_letter: DeadLetter, value: bytes | None, *, target: str = "", topics: PipelineTopics | None = None
 ) -> list[DestinationOutcome]:
     """The destinations a replay of ``value`` to ``target`` (default: the record's source topic) is for
     where the owning pipeline's current revision would dead-letter it again, with the error it would get
     (``fixes.check_payload``, the evaluator the Spark job agrees with). Empty when it would pass there, when
     the target is not a source of the pipeline (nothing evaluates it), or when there is nothing to check
-    against (no pipeline, no revision, no value)."""
+    against (no pipeline, no revision, no value). ``topics``: the pipeline's, when the caller already has
+    them (``pipeline_topics``)."""
     target = target or dead_letter.source_topic
-    topics = pipeline_topics(dead_letter.pipeline_id)
+    topics = topics if topics is not None else pipeline_topics(dead_letter.pipeline_id)
     if value is None or target not in topics.sources:
         return []
     check = check_payload(dead_letter=dead_letter, value=value)
@@ -261,13 +262,14 @@ def replay(
             value, latest = current_payload(dead_letter)
             # Checked now, against the current revision: a fix checked against an older one, or an
             # original payload never fixed, may fail again where this replay goes.
-            failing = would_fail_again(dead_letter, value, target=target)
+            topics = pipeline_topics(dead_letter.pipeline_id)  # the spec parsed once for both uses
+            failing = would_fail_again(dead_letter, value, target=target, topics=topics)
             _refuse_a_failing_payload(failing, force=force, reason=reason)
             attempt = Replay.objects.create(
                 dead_letter=dead_letter,
                 payload_revision=latest,
                 target_topic=target,
-                destinations=pipeline_topics(dead_letter.pipeline_id).scope(dead_letter.destination, target),
+                destinations=topics.scope(dead_letter.destination, target),
                 requested_by=actor,
                 idempotency_key=idempotency_key,
             )

@@ -11,6 +11,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
+from access.models import Role
 from dlq import services
 from dlq.ingest import TopicOwner, store_batch
 from dlq.models import DeadLetter, Replay, ReplayState, Status
@@ -18,6 +19,7 @@ from dlq.services import kafka_io, replays
 from streamforge_core import contract as c
 from streamforge_core.kafka import Record
 from tests.dlq.conftest import api_for, dlq_headers, missing_size_push
+from tests.factories import TeamFactory, member
 from tests.pipelines.spark.harness import consume_all
 
 pytestmark = [pytest.mark.kafka]
@@ -241,6 +243,29 @@ def test_a_replay_that_would_fail_again_is_refused_naming_where_until_forced_wit
     forced = api.post(url, {"force": True, "reason": "the pipeline is fixed in r2"}, format="json")
     assert forced.status_code == 201
     assert len(consume_all(kafka_bootstrap, source_topic)) == 1
+
+
+@pytest.mark.django_db
+def test_the_would_fail_warning_is_told_only_to_who_may_replay(people, pipeline, park, github_events):
+    """The 409 names destinations and errors (which may quote the payload): a viewer gets 403 and another
+    team's operator 404 before anything is checked, and neither learns what would fail."""
+    [dead] = park(
+        pipeline,
+        [(b"k", missing_size_push(github_events), "JsonPathNotFound", "path /payload/size not found")],
+    )
+    url = f"/api/dlq/messages/{dead.pk}/replay/"
+    viewer = api_for(people["viewer"]).post(url, {"force": True, "reason": "r"}, format="json")
+    assert viewer.status_code == 403
+    assert "would_fail" not in viewer.json()
+    stranger = member(TeamFactory(name="elsewhere"), Role.OPERATOR, username="stranger")
+    foreign = api_for(stranger).post(url, {}, format="json")
+    assert foreign.status_code == 404
+    assert "would_fail" not in foreign.json()
+    browser = Client()
+    browser.force_login(people["viewer"])
+    page = browser.get(f"/dlq/messages/{dead.pk}/").content.decode()
+    assert "although it would fail again" not in page  # no replay button, no warning
+    assert DeadLetter.objects.get(pk=dead.pk).status == Status.PARKED
 
 
 @pytest.mark.django_db
