@@ -63,12 +63,13 @@
   }
   Chart.defaults.animation = false;
 
-  // Time labels: UTC, with seconds in a short window and the date in a long one.
+  // Time labels: UTC or local as the header says (localtime.js), with seconds in a short window and the date in
+  // a long one.
+  const clock = window.StreamForgeTime;
   function timeTick(value) {
-    const iso = new Date(value).toISOString();
-    if (range > 86400) return iso.substring(5, 10) + " " + iso.substring(11, 16);
-    return range <= 600 ? iso.substring(11, 19) : iso.substring(11, 16);
+    return clock.format(value, range > 86400 ? "m-d H:i" : range <= 600 ? "H:i:s" : "H:i");
   }
+  function zoneName() { return clock.mode() === "local" ? "local time (UTC" + clock.zone() + ")" : "UTC"; }
 
   // Ticks on round times (every 1, 2, 5... minutes or hours), four to eight across the window whatever its length.
   const STEPS_S = [10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
@@ -76,7 +77,8 @@
     const span = (axis.max - axis.min) / 1000;
     const step = (STEPS_S.find(function (s) { return span / s <= 8; }) || 86400) * 1000;
     const ticks = [];
-    for (let t = Math.ceil(axis.min / step) * step; t <= axis.max; t += step) ticks.push({ value: t });
+    const shift = clock.offsetMs(axis.min);  // round in the zone shown: 10:00 local, not 10:30 at +05:30
+    for (let t = Math.ceil((axis.min + shift) / step) * step - shift; t <= axis.max; t += step) ticks.push({ value: t });
     axis.ticks = ticks;
   }
 
@@ -94,7 +96,7 @@
           y: { beginAtZero: true, ticks: { maxTicksLimit: 5 } },
         },
         plugins: { legend: { display: datasets.length > 1, labels: { boxWidth: 10 } },
-                   tooltip: { callbacks: { title: function (items) { return items.length ? timeTick(items[0].parsed.x) + " UTC" : ""; } } } },
+                   tooltip: { callbacks: { title: function (items) { return items.length ? timeTick(items[0].parsed.x) + " " + clock.zone(items[0].parsed.x) : ""; } } } },
       }),
     });
   }
@@ -133,6 +135,12 @@
       });
       charts[c].update("none");
     });
+  });
+
+  document.addEventListener("streamforge:time", function () {
+    Object.keys(charts).forEach(function (c) { charts[c].update("none"); });
+    const bucketNote = document.getElementById("chart-bucket");
+    if (bucketNote) bucketNote.textContent = bucketNote.textContent.replace(/, [^,]*$/, ", " + zoneName());
   });
 
   // Buckets keyed by start time (ms): sums of the batches in them, like the server's metric_series.
@@ -216,7 +224,7 @@
   function showLastBatch(batch) {
     if (!batch) return;
     setStat("last_batch", "#" + batch.batch_id + " · " + fmt(batch.consumed) + " rec · " + fmt(batch.duration_ms) + " ms");
-    document.querySelector('[data-stat="last_batch"]').title = "at " + timeTick(batch.time_ms) + " UTC";
+    document.querySelector('[data-stat="last_batch"]').title = "at " + clock.stamp(batch.time_ms, "Y-m-d H:i:s");
   }
 
   function showState(state, desired, reason) {
@@ -300,7 +308,7 @@
       .then(function (m) {
         bucketMs = (m.bucket_seconds || 5) * 1000;
         const bucketNote = document.getElementById("chart-bucket");
-        if (bucketNote) bucketNote.textContent = "· points of " + (m.bucket_seconds >= 60 ? m.bucket_seconds / 60 + " min" : m.bucket_seconds + " s") + ", UTC";
+        if (bucketNote) bucketNote.textContent = "· points of " + (m.bucket_seconds >= 60 ? m.bucket_seconds / 60 + " min" : m.bucket_seconds + " s") + ", " + zoneName();
         buckets = new Map();
         (m.series || []).forEach(function (p) {
           addToBucket(p.time_ms, { batches: p.batches, consumed: p.consumed, produced: p.produced, dead_lettered: p.dead_lettered,
