@@ -140,6 +140,7 @@ def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
             )
             if can_operate and dead_letter.status != Status.DELETED
             else "",
+            "parked_siblings": sum(1 for sibling in info.siblings if sibling.status == Status.PARKED),
             "editor_text": editor_text,
             "editor_mode": editor_mode,
         },

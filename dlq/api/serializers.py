@@ -162,6 +162,24 @@ class ReplaySerializer(serializers.Serializer[dict[str, Any]]):
     reason = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
 
 
+class SiblingReplayRequestSerializer(serializers.Serializer[dict[str, Any]]):
+    """``POST .../replay-with-siblings/``: a required reason; ``force`` replays even where the current
+    revision would dead-letter again."""
+
+    reason = serializers.CharField(max_length=2000)
+    force = serializers.BooleanField(required=False, default=False)
+
+
+class SiblingReplaySerializer(serializers.Serializer[Any]):
+    """What was done for one of the record's dead letters (``dlq.services.SiblingReplay``)."""
+
+    id = serializers.IntegerField()
+    destination = serializers.CharField()
+    fixed = serializers.BooleanField(help_text="the payload was copied onto it as its fix")
+    replay_id = serializers.IntegerField(allow_null=True)
+    error = serializers.CharField(help_text="why it was not replayed; empty when it was")
+
+
 class ReasonSerializer(serializers.Serializer[dict[str, Any]]):
     """A required reason (skip, delete request)."""
 

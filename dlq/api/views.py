@@ -52,6 +52,8 @@ from dlq.api.serializers import (
     RetentionSerializer,
     RunbookSerializer,
     RunbookWriteSerializer,
+    SiblingReplayRequestSerializer,
+    SiblingReplaySerializer,
 )
 from dlq.filters import SEARCH_ORDER, FilterError, MessageFilter
 from dlq.models import (
@@ -267,6 +269,23 @@ class DeadLetterViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[DeadLe
             reason=data["reason"],
         )
         return Response(ReplayResultSerializer(attempt).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=SiblingReplayRequestSerializer, responses={200: SiblingReplaySerializer(many=True)}
+    )
+    @action(detail=True, methods=["post"], url_path="replay-with-siblings", url_name="replay-with-siblings")
+    def replay_with_siblings(self, request: Request, pk: str) -> Response:
+        """Copy this message's payload onto its parked siblings (the same source record's dead letters at
+        other destinations) and replay them all, each for its own destination; one result per message."""
+        serializer = SiblingReplayRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        done = services.replay_with_siblings(
+            actor=request.user,  # type: ignore[arg-type]
+            dead_letter=self._dead_letter(pk),
+            reason=serializer.validated_data["reason"],
+            force=serializer.validated_data["force"],
+        )
+        return Response(SiblingReplaySerializer(done, many=True).data)
 
     @extend_schema(request=ReasonSerializer, responses={200: DeadLetterListSerializer})
     @action(detail=True, methods=["post"])

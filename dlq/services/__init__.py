@@ -13,6 +13,7 @@ One module per workflow; this package re-exports their public names, so ``servic
 - ``kafka_io``: the replay producer, producing records, finding replay ids on a topic;
 - ``replays``: the replay state machine (its protocol is in that module's docstring), settling replays
   left in doubt, and skip;
+- ``siblings``: one source record's dead letters fixed and replayed together;
 - ``approvals``: delete requests, approve and reject (four eyes);
 - ``bulk``: bulk replay and skip, their preview, pause / resume / cancel, and the runner; their life
   cycle is one table of transitions (``BULK_TRANSITIONS``);
@@ -87,6 +88,7 @@ from dlq.services.replays import (
     would_fail_again,
 )
 from dlq.services.retention import apply_retention, set_policy
+from dlq.services.siblings import SiblingReplay, replay_with_siblings
 
 __all__ = [
     "BULK_RUNNABLE",
@@ -116,6 +118,7 @@ __all__ = [
     "ReplaySummary",
     "SettledReplays",
     "Sibling",
+    "SiblingReplay",
     "SourceCoordinates",
     "WouldFailAgain",
     "allowed_targets",
@@ -144,6 +147,7 @@ __all__ = [
     "render_bytes",
     "render_headers",
     "replay",
+    "replay_with_siblings",
     "request_delete",
     "resolve_in_doubt",
     "resume_bulk",

@@ -291,12 +291,10 @@ def inspect_message(*, user: AnyUser, dead_letter: DeadLetter) -> MessageInspect
     )
 
 
-def _siblings(dead_letter: DeadLetter) -> list[tuple[int, str, str, str]]:
-    """(id, destination, error type, status) of the other dead letters of the same pipeline and source
-    record, oldest first (index ``dl_pipeline_source``); none when the writer did not say the source."""
+def _same_source(dead_letter: DeadLetter) -> QuerySet[DeadLetter]:
     if dead_letter.pipeline_id is None or dead_letter.source_offset is None:
-        return []
-    return list(
+        return DeadLetter.objects.none()
+    return (
         DeadLetter.objects.filter(
             pipeline_id=dead_letter.pipeline_id,
             source_offset=dead_letter.source_offset,
@@ -306,5 +304,15 @@ def _siblings(dead_letter: DeadLetter) -> list[tuple[int, str, str, str]]:
         )
         .exclude(pk=dead_letter.pk)
         .order_by("id")
-        .values_list("id", "destination", "error_type", "status")[:50]
     )
+
+
+def sibling_rows(dead_letter: DeadLetter) -> list[DeadLetter]:
+    """The other dead letters of the same pipeline, team and source record (at most 50), oldest first
+    (index ``dl_pipeline_source``); none when the writer did not say the source."""
+    return list(_same_source(dead_letter).select_related("team", "pipeline__current_revision")[:50])
+
+
+def _siblings(dead_letter: DeadLetter) -> list[tuple[int, str, str, str]]:
+    """(id, destination, error type, status) of ``sibling_rows``, without loading the rows."""
+    return list(_same_source(dead_letter).values_list("id", "destination", "error_type", "status")[:50])

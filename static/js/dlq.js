@@ -116,7 +116,16 @@ window.StreamForgeDlq = (function () {
     button.disabled = true;
     return api(method, button.dataset.post, body).then(function (answer) {
       button.disabled = false;
-      if (answer.ok) {
+      if (answer.ok && Array.isArray(answer.data) && button.dataset.summary === "replays") {
+        // one result per message (replay-with-siblings): say which were replayed and why others were not
+        const done = answer.data.filter(function (r) { return r.replay_id !== null; });
+        const left = answer.data.filter(function (r) { return r.replay_id === null; });
+        flash("Replayed " + (done.map(function (r) { return "#" + r.id + " (" + r.destination + ")"; }).join(", ") || "none") +
+              (left.length ? "; not replayed: " + left.map(function (r) { return "#" + r.id + ": " + r.error; }).join("; ") : "") + ".",
+              left.length ? "error" : "success");
+        const ids = (button.dataset.refresh || "").split(/\s+/).filter(Boolean);
+        if (ids.length) refresh(ids);
+      } else if (answer.ok) {
         flash(button.dataset.done || (button.dataset.submit || button.textContent.replace("…", "")).trim() + ": done.", "success");
         const ids = (button.dataset.refresh || "").split(/\s+/).filter(Boolean);
         if (ids.length) refresh(ids);

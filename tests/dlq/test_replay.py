@@ -307,3 +307,58 @@ def test_the_dead_letters_of_one_source_record_are_shown_together_and_each_repla
     sent = consume_all(kafka_bootstrap, source_topic)
     assert sorted(r.header(c.H_REPLAY_DESTINATIONS) for r in sent) == ["pull-requests", "pushes"]
     assert api.get(f"/api/dlq/messages/{pushes.pk}/").json()["siblings"][0]["status"] == "replayed"
+
+
+@pytest.mark.django_db
+def test_a_fixed_dead_letter_and_its_siblings_are_fixed_and_replayed_together(
+    people, pipeline, github_events, source_topic, kafka_bootstrap
+):
+    """#18 item 1: one source record (a push without payload.size) failed both destinations; the operator
+    fixes it once and replays the record's dead letters together: the sibling gets the same fix, each
+    replay is for its own destination, and one that cannot go is named while the others go."""
+    broken = missing_size_push(github_events)
+    topic = pipeline.current_revision.spec["dlq"]["topic"]
+    records = [
+        Record(
+            topic=topic, partition=0, offset=700 + i, key=b"k", value=broken,
+            headers=dlq_headers(pipeline, error_type="JsonPathNotFound", message="no size", source_offset=77, destination=name),
+            timestamp_ms=None,
+        )
+        for i, name in enumerate(("pushes", "pull-requests", "archive"))
+    ]  # fmt: skip
+    store_batch(records, {topic: TopicOwner(pipeline.team_id, pipeline.pk, pipeline.name)})
+    pushes, prs, archive = DeadLetter.objects.filter(pipeline=pipeline).order_by("id")
+    services.skip(actor=people["operator"], dead_letter=archive, reason="not needed there")
+    fixed = json.loads(broken)
+    fixed["payload"]["size"] = len(fixed["payload"].get("commits", []))
+    operator = api_for(people["operator"])
+    url = f"/api/dlq/messages/{pushes.pk}/replay-with-siblings/"
+    assert api_for(people["viewer"]).post(url, {"reason": "r"}, format="json").status_code == 403
+    assert operator.post(url, {}, format="json").status_code == 400  # a reason is required
+    assert (
+        operator.post(
+            f"/api/dlq/messages/{pushes.pk}/fix/", {"value": fixed, "reason": "size = commits"}, format="json"
+        ).status_code
+        == 201
+    )
+
+    browser = Client()
+    browser.force_login(people["operator"])
+    page = browser.get(f"/dlq/messages/{pushes.pk}/").content.decode()
+    assert "Fix and replay all 2 together" in page
+    done = operator.post(url, {"reason": "relay fixed"}, format="json")
+    assert done.status_code == 200, done.content
+    results = {r["id"]: r for r in done.json()}
+    assert set(results) == {pushes.pk, prs.pk}  # the skipped one is not a parked sibling
+    assert results[prs.pk]["fixed"] is True
+    assert all(r["replay_id"] and not r["error"] for r in results.values())
+    assert json.loads(services.current_payload(DeadLetter.objects.get(pk=prs.pk))[0]) == fixed
+    sent = consume_all(kafka_bootstrap, source_topic)
+    assert sorted(r.header(c.H_REPLAY_DESTINATIONS) for r in sent) == ["pull-requests", "pushes"]
+    assert all(json.loads(r.value) == fixed for r in sent)
+    assert set(DeadLetter.objects.filter(pk__in=[pushes.pk, prs.pk]).values_list("status", flat=True)) == {
+        Status.REPLAYED
+    }
+    again = operator.post(url, {"reason": "twice"}, format="json").json()
+    assert [r["replay_id"] for r in again] == [None]  # already replayed: named, nothing sent
+    assert "not parked" in again[0]["error"] or "replayed" in again[0]["error"]
