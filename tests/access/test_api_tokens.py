@@ -10,24 +10,9 @@ from rest_framework.test import APIClient
 
 from access.api_tokens import PREFIX_LENGTH
 from access.models import AuditEvent, Role
-from tests.factories import TeamFactory, member
+from tests.factories import member
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def team():
-    return TeamFactory(name="payments")
-
-
-@pytest.fixture
-def viewer(team):
-    return member(team, Role.VIEWER, username="vic")
-
-
-@pytest.fixture
-def admin(team):
-    return member(team, Role.ADMIN, username="ada")
 
 
 def signed_in(user) -> APIClient:

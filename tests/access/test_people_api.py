@@ -18,18 +18,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def team():
-    return TeamFactory(name="payments")
-
-
-@pytest.fixture
 def other_team():
     return TeamFactory(name="search")
-
-
-@pytest.fixture
-def admin(team):
-    return member(team, Role.ADMIN, username="ada")
 
 
 @pytest.fixture
@@ -42,11 +32,6 @@ def team_admin(team):
 @pytest.fixture
 def operator(team):
     return member(team, Role.OPERATOR, username="olga")
-
-
-@pytest.fixture
-def viewer(team):
-    return member(team, Role.VIEWER, username="vic")
 
 
 def logs_in(client, username: str, password: str) -> bool:

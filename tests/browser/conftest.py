@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 import redis
 from django.conf import settings
-from django.db import connections
+from django.db import connection, connections
 from django.test import Client
 
 from tests.database import child_database_url
@@ -177,3 +178,21 @@ def screenshot(page, name: str) -> Path:
     page.evaluate("window.scrollTo(0, 0)")  # the sticky header is drawn where the page was scrolled to
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+def in_thread(work) -> None:
+    """Run ``work`` (a service call that broadcasts after commit) outside Playwright's event-loop thread."""
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(60)
+    assert not failures, failures

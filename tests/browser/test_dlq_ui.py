@@ -32,7 +32,7 @@ from dlq.ingest import TopicOwner, store_batch
 from dlq.models import BulkAction, DeadLetter, FailureGroup, GroupHourlyCount, Replay, Status
 from pipelines.services import create_pipeline
 from streamforge_core.kafka import Record
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import in_thread, screenshot
 from tests.dlq.conftest import EVENTS, dlq_headers, github_spec, missing_size_push
 from tests.factories import TeamFactory, member
 from tests.pipelines.spark.harness import consume_all
@@ -108,24 +108,6 @@ def store(pipeline, rows) -> list[DeadLetter]:
     worker.join(30)
     assert not failures, failures
     return list(DeadLetter.objects.filter(pk__in=new_ids).order_by("id"))
-
-
-def in_thread(work) -> None:
-    """Run ``work`` (a service call that broadcasts after commit) outside Playwright's event-loop thread."""
-    failures: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            work()
-        except BaseException as exc:
-            failures.append(exc)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(60)
-    assert not failures, failures
 
 
 def fixed(value: bytes, size: int) -> dict:

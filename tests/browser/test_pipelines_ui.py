@@ -28,7 +28,7 @@ from pipelines.models import MetricSample, Pipeline, PipelineRun, PipelineState
 from pipelines.services import create_pipeline, revise_pipeline
 from pipelines.supervision.status import announce_status
 from streamforge_core import contract as c
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import in_thread, screenshot
 from tests.factories import TeamFactory, member
 from tests.pipelines.conftest import github_spec
 
@@ -183,25 +183,6 @@ def test_the_pipeline_page_draws_live_charts_and_confirms_a_stop(open_page, runn
     assert AuditEvent.objects.filter(action="pipeline.stop", reason="maintenance window").exists()
 
 
-def _in_thread(work) -> None:
-    """Run ``work`` in a thread of its own (its broadcast uses async_to_sync, which cannot run where
-    Playwright keeps its event loop) with its own database connection."""
-    failures: list[BaseException] = []
-
-    def body() -> None:
-        try:
-            work()
-        except BaseException as exc:
-            failures.append(exc)
-        finally:
-            connection.close()
-
-    worker = threading.Thread(target=body)
-    worker.start()
-    worker.join(30)
-    assert not failures, failures
-
-
 def test_lifecycle_buttons_follow_the_state_and_a_saved_revision_says_restart_to_apply(
     open_page, running, admin_user
 ):
@@ -219,7 +200,7 @@ def test_lifecycle_buttons_follow_the_state_and_a_saved_revision_says_restart_to
 
     spec = github_spec()
     spec["destinations"][0]["filter"] = "/type,!=,IssuesEvent"
-    _in_thread(
+    in_thread(
         lambda: revise_pipeline(actor=admin_user, pipeline=pipeline, spec=spec, comment="only real pushes")
     )
     expect(page.get_by_test_id("revision-shown")).to_have_text("running r1, r2 saved")
@@ -255,7 +236,7 @@ def test_lifecycle_buttons_follow_the_state_and_a_saved_revision_says_restart_to
         with transaction.atomic():
             announce_status(locked)
 
-    _in_thread(stopped)
+    in_thread(stopped)
     expect(page.get_by_test_id("revision-shown")).to_have_text("revision 2")
     expect(page.locator('#pipeline [data-field="state"]')).to_have_text("stopped")
 
