@@ -80,9 +80,11 @@ def people_page(request: HttpRequest) -> HttpResponse:
             "panels": panels,
             "is_admin": admin,
             "users": list(people.users().select_related("auth_token")) if admin else [],
-            "active_usernames": list(
-                people.users().filter(is_active=True).values_list("username", flat=True)
-            ),
+            # Suggestions for the add-member box: admins only. A team admin types the exact name, so one
+            # team's admin does not get the list of everyone in every other team.
+            "active_usernames": list(people.users().filter(is_active=True).values_list("username", flat=True))
+            if admin
+            else [],
             "section": "people",
         },
     )

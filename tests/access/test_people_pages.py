@@ -35,7 +35,8 @@ def test_a_team_admin_sees_their_team_with_controls_but_none_on_admins_or_themse
     assert 'data-testid="remove-payments-vic"' in page
     assert 'data-testid="remove-payments-ada"' not in page
     assert 'data-testid="remove-payments-tess"' not in page
-    assert 'data-testid="team-search"' not in page  # (every active user name is offered to add)
+    assert 'data-testid="team-search"' not in page
+    assert "sam" not in page  # another team's people are not listed, not even as add-member suggestions
     assert 'value="admin"' not in page  # cannot grant it
     assert 'data-testid="create-user"' not in page
 
