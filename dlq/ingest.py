@@ -32,7 +32,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from access.bulk_insert import copy_rows
-from dlq import broadcast, headers
+from dlq import broadcast, headers, signals
 from dlq.grouping import group_key, normalize_message
 from dlq.models import DeadLetter, DlqTopic, FailureGroup, GroupHourlyCount, Replay, ReplayState
 from pipelines.clusters import cluster_name, connection_for
@@ -404,6 +404,7 @@ def _save_groups(increments: dict[str, FailureGroup]) -> dict[str, int]:
         if stored is None:
             batch.save()
             ids[gkey] = batch.pk
+            signals.send_on_commit(signals.failure_group_created, group_id=batch.pk)
             continue
         FailureGroup.objects.filter(pk=stored.pk).update(
             count=F("count") + batch.count,

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
-from pipelines import broadcast
+from pipelines import broadcast, signals
 from pipelines.models import Alert, AlertSeverity, Pipeline, PipelineRun, PipelineState
 
 COMMIT_FAILURE_RATIO = 0.05
@@ -167,3 +167,4 @@ def _announce(pipeline: Pipeline, alert: Alert, *, firing: bool) -> None:
         "firing": firing,
     }
     transaction.on_commit(lambda: broadcast.alert(update))
+    signals.send_on_commit(signals.alert_changed, alert_id=alert.pk, firing=firing)

@@ -17,6 +17,11 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | STREAMFORGE_SPARK_JARS | (none) | comma-separated connector jars or folders of jars (devstack fills it in) |
 | STREAMFORGE_STATE_DIR | <repo>/.stack/dev | checkpoints, driver logs, the debug secret and audit keys |
 | STREAMFORGE_AUDIT_KEY | (required unless debug) | HMAC key of the audit hash chain (32+ characters, not the secret key); in debug a random key kept in the state folder |
+| STREAMFORGE_NOTIFY_KEY | derived from DJANGO_SECRET_KEY | key (32+ characters) that encrypts notification channels' secrets at rest (webhook signing secrets, Slack webhook URLs); set it so the secret key can be rotated alone |
+| STREAMFORGE_NOTIFY_DIGEST_SECONDS | 60 | after a notification, further events of its type for the same channel within this window are sent as one digest |
+| STREAMFORGE_NOTIFY_MAX_ATTEMPTS | 6 | delivery attempts of one notification (exponential backoff between them) before it is marked failed |
+| STREAMFORGE_NOTIFY_TIMEOUT | 10 | seconds a webhook or mail server may take to answer one delivery |
+| EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS, DEFAULT_FROM_EMAIL | localhost, 25, -, -, false, streamforge@localhost | the mail server e-mail notifications go through |
 | STREAMFORGE_AUDIT_TOPIC | streamforge.audit-anchor | Kafka topic each audit event's sequence and hash are appended to (the anchor `verify` compares with) |
 | STREAMFORGE_AUDIT_ANCHOR_TIMEOUT | 5 | seconds the audit anchor waits for Kafka (creating its topic, reading it back) before giving up |
 | STREAMFORGE_HTTPS | not debug | secure cookies, HSTS and the HTTPS redirect |
@@ -83,6 +88,20 @@ SECRET_KEY = env_str("DJANGO_SECRET_KEY", None if not DEBUG else "") or _debug_k
 # The audit chain's HMAC key (access.audit): never stored in the database, so someone who can write the database
 # cannot re-hash an edited event. Its own key, not SECRET_KEY, so either can be rotated without the other.
 AUDIT_KEY = env_str("STREAMFORGE_AUDIT_KEY", None if not DEBUG else "") or _debug_key("audit_key")
+# Encrypts notification channel secrets (notifications.sealing). Its own variable so DJANGO_SECRET_KEY can be
+# rotated without losing them; unset, a key is derived from the secret key (rotating that then needs the
+# channels' secrets entered again).
+NOTIFY_KEY = env_str("STREAMFORGE_NOTIFY_KEY", "") or f"derived-from-secret-key:{SECRET_KEY}"
+NOTIFY_DIGEST_SECONDS = env_int("STREAMFORGE_NOTIFY_DIGEST_SECONDS", 60, minimum=1)
+NOTIFY_MAX_ATTEMPTS = env_int("STREAMFORGE_NOTIFY_MAX_ATTEMPTS", 6, minimum=1)
+NOTIFY_TIMEOUT_SECONDS = env_int("STREAMFORGE_NOTIFY_TIMEOUT", 10, minimum=1)
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", default=False)
+EMAIL_TIMEOUT = NOTIFY_TIMEOUT_SECONDS
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "streamforge@localhost")
 AUDIT_ANCHOR_TOPIC = env_str("STREAMFORGE_AUDIT_TOPIC", "streamforge.audit-anchor")
 AUDIT_ANCHOR_TIMEOUT = env_int("STREAMFORGE_AUDIT_ANCHOR_TIMEOUT", 5, minimum=1)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
@@ -109,6 +128,7 @@ INSTALLED_APPS = [
     "access",
     "pipelines",
     "dlq",
+    "notifications",
 ]
 
 MIDDLEWARE = [
@@ -273,6 +293,7 @@ CELERY_BEAT_SCHEDULE = {
     "resolve-in-doubt-replays": {"task": "dlq.resolve_in_doubt", "schedule": 60.0},
     "dlq-retention": {"task": "dlq.apply_retention", "schedule": 3600.0},
     "dlq-compact-counts": {"task": "dlq.compact_counts", "schedule": 60.0},
+    "notifications-flush-digests": {"task": "notifications.flush_due_digests", "schedule": 15.0},
 }
 
 # Throttle counters (DRF) live in Redis, so every web process counts the same requests.
@@ -331,6 +352,7 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # Several models have a "state" or "kind" choice field; name each enum after its model.
     "ENUM_NAME_OVERRIDES": {
+        "ChannelKindEnum": "notifications.models.ChannelKind",
         "BulkKindEnum": "dlq.models.BulkKind",
         "BulkStateEnum": "dlq.models.BulkState",
         "ApprovalKindEnum": "dlq.models.ApprovalKind",

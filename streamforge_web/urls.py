@@ -19,6 +19,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("pipelines.api.urls")),
     path("api/dlq/", include("dlq.api.urls")),
+    path("api/notifications/", include("notifications.api.urls")),
+    path("notifications/", include("notifications.urls")),
     path("api/", include("access.api.urls")),
     path("dlq/", include("dlq.urls")),
     path("audit/", include("access.urls")),

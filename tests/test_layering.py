@@ -1,7 +1,7 @@
 """The house's layering, checked on the source: every import points down, and no module imports itself back.
 
 Layers, top to bottom (STYLE.md "Layering"): the project shell ``streamforge_web``; the apps ``dlq`` above
-``pipelines``; the ground floor ``access`` (people, roles, the audit chain); the Django-free core
+``pipelines`` with ``notifications`` above both; the ground floor ``access`` (people, roles, the audit chain); the Django-free core
 ``streamforge_core``. Tooling beside the shell (``demo``, ``chaos``, ``bench``, ``devstack``) may use
 anything; the product never imports tooling or tests. The Spark driver (``pipelines.spark``, and the DSL and
 spec it runs) imports nothing from Django, directly or through anything it imports.
@@ -20,7 +20,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Product packages by layer: a module may import its own package and any package of a lower rank.
-RANKS = {"streamforge_core": 0, "access": 1, "pipelines": 2, "dlq": 3, "streamforge_web": 4}
+RANKS = {
+    "streamforge_core": 0,
+    "access": 1,
+    "pipelines": 2,
+    "dlq": 3,
+    "notifications": 4,
+    "streamforge_web": 5,
+}
 TOOLING = {"demo", "chaos", "bench", "devstack", "tests"}
 #: The driver's Django-free world: these modules and everything they import.
 DRIVER_ROOTS = ("pipelines.spark.driver", "pipelines.spark.writer", "pipelines.dsl.spark", "pipelines.spec")

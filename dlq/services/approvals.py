@@ -14,6 +14,7 @@ from django.utils import timezone
 from access import audit
 from access.models import Role
 from access.permissions import require_role
+from dlq import signals
 from dlq.models import (
     ApprovalKind,
     ApprovalRequest,
@@ -54,6 +55,7 @@ def request_delete(*, actor: User, dead_letter: DeadLetter, reason: str) -> Appr
             reason=reason,
             details={"approval": request.pk},
         )
+        signals.send_on_commit(signals.approval_requested, approval_id=request.pk)
     return request
 
 

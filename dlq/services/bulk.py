@@ -41,6 +41,7 @@ from access import audit, bulk_insert
 from access.id_lists import among
 from access.models import Role, Team
 from access.permissions import AnyUser, is_admin, require_role
+from dlq import signals
 from dlq.filters import MessageFilter
 from dlq.models import (
     ApprovalKind,
@@ -318,13 +319,14 @@ def create_bulk(
             details={"kind": kind, "filters": bulk.filters, "total": total, "rate_limit": rate_limit},
         )
         if approval:
-            ApprovalRequest.objects.create(
+            bulk_approval = ApprovalRequest.objects.create(
                 kind=ApprovalKind.BULK,
                 team=team,
                 bulk=bulk,
                 reason=f"bulk {kind} of {total} messages: {reason.strip()}",
                 requested_by=actor,
             )
+            signals.send_on_commit(signals.approval_requested, approval_id=bulk_approval.pk)
         else:
             enqueue_bulk(bulk)
     return bulk
@@ -502,6 +504,7 @@ def run_bulk(*, bulk_id: int, chunk_size: int | None = None) -> BulkAction:
                             target_id=bulk.pk,
                             details=bulk.progress(),
                         )
+                        signals.send_on_commit(signals.bulk_finished, bulk_id=bulk.pk)
                 break
             after = max(ids)
             if bulk.kind == BulkKind.REPLAY:

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from access import audit
-from pipelines import progress
+from pipelines import progress, signals
 from pipelines.models import DesiredState, Pipeline, PipelineRun, PipelineState
 from pipelines.supervision.processes import _hostname, _kill_group, read_log_tail
 from pipelines.supervision.status import announce_status
@@ -163,6 +163,14 @@ def _end_run(
         pipeline.state, pipeline.state_reason = pipeline_state, reason
         run.state = verdict.run_state
         announce_status(pipeline, run)
+        if pipeline_state in (PipelineState.HALTED, PipelineState.FAILED):
+            signals.send_on_commit(
+                signals.pipeline_stopped_for_good,
+                pipeline_id=pipeline.pk,
+                run_id=str(run.run_id),
+                state=str(pipeline_state),
+                reason=reason,
+            )
     if run.pid is not None and run.host == _hostname():
         _kill_group(run.pid)  # leftovers (a JVM or Python worker outliving the driver) go with it
     log.info("pipeline %s run %s ended: %s (%s)", pipeline.name, run.run_id, verdict.run_state, reason)

@@ -1,0 +1,193 @@
+"""Sending one notification: a signed webhook POST, a Slack incoming-webhook POST or an e-mail, each try
+stored as a ``DeliveryAttempt`` row (saleor's webhook deliveries), with exponential backoff between tries.
+
+Webhook signature (for receivers to check): ``X-StreamForge-Timestamp: <unix seconds>`` and
+``X-StreamForge-Signature: sha256=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>``; a receiver rejects a
+timestamp more than a few minutes old, so a captured request cannot be replayed later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import random
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.mail import EmailMessage
+from django.db import transaction
+from django.utils import timezone
+
+from notifications import sealing
+from notifications.models import Channel, ChannelKind, DeliveryAttempt, Notification, NotificationState
+
+SIGNATURE_HEADER = "X-StreamForge-Signature"
+TIMESTAMP_HEADER = "X-StreamForge-Timestamp"
+#: Characters of a receiver's answer kept on the attempt row.
+EXCERPT_CHARS = 500
+#: Backoff: the first retry after this many seconds, doubling per attempt up to ``BACKOFF_CAP``.
+BACKOFF_BASE = 5.0
+BACKOFF_CAP = 3600.0
+
+
+def sign(secret: str, timestamp: str, body: bytes) -> str:
+    """The signature header value for ``body`` sent at ``timestamp`` (unix seconds as text)."""
+    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return f"sha256={mac}"
+
+
+def backoff_seconds(attempt: int, *, jitter: bool = True) -> float:
+    """Seconds to wait after failed attempt number ``attempt`` (1-based): 5, 10, 20 ... up to an hour,
+    plus up to 10 % random jitter so a receiver coming back is not hit by every retry at once."""
+    delay: float = min(BACKOFF_BASE * 2.0 ** (attempt - 1), BACKOFF_CAP)
+    return delay * (1 + random.random() / 10) if jitter else delay  # noqa: S311 (not cryptographic)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One attempt's result: ``ok``; the HTTP status (None for e-mail or no answer); the error and the
+    start of the answer."""
+
+    ok: bool
+    status_code: int | None = None
+    error: str = ""
+    response: str = ""
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    """What ``attempt`` did: the stored row (None when there was nothing to do) and, when the notification
+    should be tried again, after how many seconds."""
+
+    row: DeliveryAttempt | None
+    retry_in: float | None = None
+
+
+def webhook_body(notification: Notification) -> bytes:
+    """The JSON a generic webhook receives."""
+    channel = notification.channel
+    return json.dumps(
+        {
+            "id": notification.pk,
+            "event": notification.event_type,
+            "key": notification.event_key,
+            "team": channel.team.name,
+            "title": notification.title,
+            "text": notification.text,
+            "digest": notification.is_digest,
+            "count": notification.event_count,
+            "data": notification.data,
+            "created_at": notification.created_at.isoformat(),
+        },
+        sort_keys=True,
+    ).encode()
+
+
+def _post(url: str, body: bytes, headers: dict[str, str], *, secret: str = "") -> Outcome:
+    request = urllib.request.Request(url, data=body, method="POST", headers=headers)  # noqa: S310 (http(s) only, checked on save)
+    try:
+        with urllib.request.urlopen(request, timeout=settings.NOTIFY_TIMEOUT_SECONDS) as response:  # noqa: S310
+            text = response.read(EXCERPT_CHARS).decode(errors="replace")
+            return Outcome(ok=True, status_code=response.status, response=text)
+    except urllib.error.HTTPError as exc:
+        text = exc.read(EXCERPT_CHARS).decode(errors="replace")
+        return Outcome(ok=False, status_code=exc.code, error=f"HTTP {exc.code} {exc.reason}", response=text)
+    except (OSError, ValueError) as exc:
+        # The error may quote the address; a Slack URL is a secret, so it is never written down in clear.
+        message = f"{type(exc).__name__}: {exc}"
+        if secret:
+            message = message.replace(secret, sealing.mask(secret))
+        return Outcome(ok=False, error=message[:1000])
+
+
+def send(notification: Notification) -> Outcome:
+    """One try at delivering ``notification`` to its channel; never raises for a delivery problem."""
+    channel = notification.channel
+    try:
+        if channel.kind == ChannelKind.WEBHOOK:
+            body = webhook_body(notification)
+            timestamp = str(int(time.time()))
+            headers = {
+                "Content-Type": "application/json",
+                "User-Agent": "StreamForge-Notifications/1",
+                "X-StreamForge-Event": notification.event_type,
+                "X-StreamForge-Delivery": str(notification.pk),
+                TIMESTAMP_HEADER: timestamp,
+                SIGNATURE_HEADER: sign(sealing.unseal(channel.secret_encrypted), timestamp, body),
+            }
+            return _post(channel.url, body, headers)
+        if channel.kind == ChannelKind.SLACK:
+            url = sealing.unseal(channel.secret_encrypted)
+            text = f"*{notification.title}*\n{notification.text}"
+            body = json.dumps({"text": text}).encode()
+            return _post(url, body, {"Content-Type": "application/json"}, secret=url)
+        return _send_email(channel, notification)
+    except sealing.SecretUnreadable as exc:
+        return Outcome(ok=False, error=str(exc))
+
+
+def _send_email(channel: Channel, notification: Notification) -> Outcome:
+    message = EmailMessage(
+        subject=f"[StreamForge {channel.team.name}] {notification.title}"[:250],
+        body=notification.text,
+        to=list(channel.recipients),
+        headers={"X-StreamForge-Event": notification.event_type},
+    )
+    try:
+        sent = message.send(fail_silently=False)
+    except (OSError, ValueError) as exc:  # smtplib's errors are OSErrors
+        return Outcome(ok=False, error=f"{type(exc).__name__}: {exc}"[:1000])
+    return Outcome(ok=bool(sent), error="" if sent else "the mail server accepted no recipient")
+
+
+def attempt(notification_id: int, *, final: bool = False) -> AttemptResult:
+    """Try to deliver the notification once, unless it is already SENT, FAILED or FOLDED (a redelivered
+    task, a second worker). Stores the attempt; on failure the notification is RETRYING with
+    ``next_attempt_at`` (and ``retry_in`` says when), or FAILED after ``NOTIFY_MAX_ATTEMPTS`` tries or when
+    ``final``.
+
+    The notification row stays locked for the try (``select_for_update``), so two workers holding the same
+    task never send it twice; the lock is one row of one channel, held at most the send timeout.
+    """
+    with transaction.atomic():
+        notification = (
+            Notification.objects.select_for_update(of=("self",))
+            .select_related("channel__team")
+            .filter(pk=notification_id)
+            .first()
+        )
+        if notification is None or notification.state not in (
+            NotificationState.PENDING,
+            NotificationState.RETRYING,
+        ):
+            return AttemptResult(row=None)
+        started = time.monotonic()
+        outcome = send(notification)
+        number = notification.attempts + 1
+        row = DeliveryAttempt.objects.create(
+            notification=notification,
+            channel=notification.channel,
+            attempt=number,
+            ok=outcome.ok,
+            status_code=outcome.status_code,
+            error=outcome.error,
+            response_excerpt=outcome.response[:EXCERPT_CHARS],
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
+        retry_in = None
+        notification.attempts = number
+        if outcome.ok:
+            notification.state, notification.next_attempt_at = NotificationState.SENT, None
+        elif final or number >= settings.NOTIFY_MAX_ATTEMPTS:
+            notification.state, notification.next_attempt_at = NotificationState.FAILED, None
+        else:
+            retry_in = backoff_seconds(number)
+            notification.state = NotificationState.RETRYING
+            notification.next_attempt_at = timezone.now() + timedelta(seconds=retry_in)
+        notification.save(update_fields=["attempts", "state", "next_attempt_at"])
+    return AttemptResult(row=row, retry_in=retry_in)

@@ -1,0 +1,154 @@
+"""What a notification says: the ``Event`` built from another app's signal (an alert, a failure group, a
+halted pipeline, an approval, a finished bulk action), and the receivers that build and publish them.
+
+The receivers are connected in ``NotificationsConfig.ready()``; the apps below send plain signals
+(``pipelines.signals``, ``dlq.signals``) and never import this app.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from dlq import signals as dlq_signals
+from dlq.models import ApprovalKind, ApprovalRequest, BulkAction, FailureGroup
+from notifications import dispatch
+from notifications.dispatch import Event
+from notifications.models import EventType
+from pipelines import signals as pipeline_signals
+from pipelines.models import Alert, Pipeline, PipelineState
+
+log = logging.getLogger(__name__)
+
+
+def alert_event(alert: Alert, *, firing: bool) -> Event:
+    """The event of an alert that fired (or changed its summary) or was resolved."""
+    pipeline = alert.pipeline
+    state = "firing" if firing else "resolved"
+    return Event(
+        type=EventType.ALERT_FIRING if firing else EventType.ALERT_RESOLVED,
+        key=f"alert:{alert.pk}:{state}",
+        team_id=pipeline.team_id,
+        title=f"{alert.rule} {state} on {pipeline.name}",
+        text=f"{alert.severity}: {alert.summary}",
+        data={
+            "pipeline": pipeline.name,
+            "rule": alert.rule,
+            "severity": alert.severity,
+            "value": alert.value,
+        },
+    )
+
+
+def failure_group_event(group: FailureGroup) -> Event:
+    """The event of a new failure group (the first dead letter with this error type and message)."""
+    where = group.pipeline_name or group.dlq_topic
+    return Event(
+        type=EventType.FAILURE_GROUP,
+        key=f"failure_group:{group.pk}",
+        team_id=group.team_id,
+        title=f"New failure group in {where}: {group.error_type}",
+        text=f"{group.error_type}: {group.signature[:500]}\nDLQ topic {group.dlq_topic}",
+        data={
+            "group": group.pk,
+            "pipeline": group.pipeline_name,
+            "dlq_topic": group.dlq_topic,
+            "error_type": group.error_type,
+            "signature": group.signature[:500],
+        },
+    )
+
+
+def pipeline_event(pipeline: Pipeline, *, run_id: str, state: str, reason: str) -> Event:
+    """The event of a pipeline that became HALTED or FAILED."""
+    halted = state == PipelineState.HALTED
+    return Event(
+        type=EventType.PIPELINE_HALTED if halted else EventType.PIPELINE_FAILED,
+        key=f"pipeline:{pipeline.pk}:{run_id}:{state}",
+        team_id=pipeline.team_id,
+        title=f"Pipeline {pipeline.name} is {state}",
+        text=reason[:1000] or "no reason recorded",
+        data={"pipeline": pipeline.name, "state": state, "run_id": run_id, "reason": reason[:1000]},
+    )
+
+
+def approval_event(approval: ApprovalRequest) -> Event:
+    """The event of a delete or bulk action waiting for an approver."""
+    what = (
+        f"delete of dead letter {approval.dead_letter_id}"
+        if approval.kind == ApprovalKind.DELETE
+        else f"bulk action {approval.bulk_id}"
+    )
+    requester = approval.requested_by.get_username() if approval.requested_by else "someone"
+    return Event(
+        type=EventType.APPROVAL_WAITING,
+        key=f"approval:{approval.pk}",
+        team_id=approval.team_id,
+        title=f"Approval waiting: {what}",
+        text=f"{requester} asks: {approval.reason[:500]}",
+        data={"approval": approval.pk, "kind": approval.kind, "requested_by": requester},
+    )
+
+
+def bulk_event(bulk: BulkAction) -> Event:
+    """The event of a bulk action that completed."""
+    progress = bulk.progress()
+    return Event(
+        type=EventType.BULK_FINISHED,
+        key=f"bulk:{bulk.pk}:finished",
+        team_id=int(bulk.team_id or 0),
+        title=f"Bulk {bulk.kind} {bulk.pk} finished",
+        text=", ".join(f"{name} {value}" for name, value in progress.items() if name != "fraction"),
+        data={"bulk": bulk.pk, "kind": bulk.kind, **progress},
+    )
+
+
+# ------------------------------------------------------------------------------------------------ receivers
+
+
+def on_alert_changed(sender: Any, *, alert_id: int, firing: bool, **_: Any) -> None:
+    """``pipelines.signals.alert_changed``."""
+    alert = Alert.objects.select_related("pipeline").filter(pk=alert_id).first()
+    if alert is not None:
+        dispatch.publish(alert_event(alert, firing=firing))
+
+
+def on_pipeline_stopped(
+    sender: Any, *, pipeline_id: int, run_id: str, state: str, reason: str, **_: Any
+) -> None:
+    """``pipelines.signals.pipeline_stopped_for_good``."""
+    pipeline = Pipeline.objects.filter(pk=pipeline_id).first()
+    if pipeline is not None:
+        dispatch.publish(pipeline_event(pipeline, run_id=run_id, state=state, reason=reason))
+
+
+def on_failure_group_created(sender: Any, *, group_id: int, **_: Any) -> None:
+    """``dlq.signals.failure_group_created``."""
+    group = FailureGroup.objects.filter(pk=group_id).first()
+    if group is not None:
+        dispatch.publish(failure_group_event(group))
+
+
+def on_approval_requested(sender: Any, *, approval_id: int, **_: Any) -> None:
+    """``dlq.signals.approval_requested``."""
+    approval = ApprovalRequest.objects.select_related("requested_by").filter(pk=approval_id).first()
+    if approval is not None:
+        dispatch.publish(approval_event(approval))
+
+
+def on_bulk_finished(sender: Any, *, bulk_id: int, **_: Any) -> None:
+    """``dlq.signals.bulk_finished``."""
+    bulk = BulkAction.objects.filter(pk=bulk_id).first()
+    if bulk is not None:
+        dispatch.publish(bulk_event(bulk))
+
+
+def connect() -> None:
+    """Connect the receivers (idempotent: each has a ``dispatch_uid``)."""
+    pipeline_signals.alert_changed.connect(on_alert_changed, dispatch_uid="notifications.alert")
+    pipeline_signals.pipeline_stopped_for_good.connect(
+        on_pipeline_stopped, dispatch_uid="notifications.pipeline"
+    )
+    dlq_signals.failure_group_created.connect(on_failure_group_created, dispatch_uid="notifications.group")
+    dlq_signals.approval_requested.connect(on_approval_requested, dispatch_uid="notifications.approval")
+    dlq_signals.bulk_finished.connect(on_bulk_finished, dispatch_uid="notifications.bulk")
