@@ -21,6 +21,7 @@ from access.permissions import AnyUser, require_role, visible_teams
 from dlq.services.errors import InvalidRequest
 from notifications import delivery, sealing
 from notifications.models import Channel, ChannelKind, DeliveryAttempt, EventType, Notification
+from notifications.targets import target_problem
 
 #: Event types a channel may subscribe to (``test`` is sent on request only).
 SUBSCRIBABLE = [value for value in EventType.values if value != EventType.TEST]
@@ -56,6 +57,9 @@ def _http_url(field: str, value: str) -> str:
         URLValidator(schemes=["http", "https"])(value)
     except ValidationError as exc:
         raise InvalidRequest(field, "an http:// or https:// URL") from exc
+    problem = target_problem(value)
+    if problem is not None:
+        raise InvalidRequest(field, problem)
     return value
 
 

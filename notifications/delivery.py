@@ -23,7 +23,7 @@ from django.core.mail import EmailMessage
 from django.db import transaction
 from django.utils import timezone
 
-from notifications import sealing
+from notifications import sealing, targets
 from notifications.models import Channel, ChannelKind, DeliveryAttempt, Notification, NotificationState
 
 SIGNATURE_HEADER = "X-StreamForge-Signature"
@@ -89,9 +89,12 @@ def webhook_body(notification: Notification) -> bytes:
 
 
 def _post(url: str, body: bytes, headers: dict[str, str], *, secret: str = "") -> Outcome:
+    problem = targets.target_problem(url)
+    if problem is not None:  # checked on save too; a name may resolve elsewhere by now
+        return Outcome(ok=False, error=problem.replace(secret, sealing.mask(secret)) if secret else problem)
     request = urllib.request.Request(url, data=body, method="POST", headers=headers)  # noqa: S310 (http(s) only, checked on save)
     try:
-        with urllib.request.urlopen(request, timeout=settings.NOTIFY_TIMEOUT_SECONDS) as response:  # noqa: S310
+        with targets.OPENER.open(request, timeout=settings.NOTIFY_TIMEOUT_SECONDS) as response:
             text = response.read(EXCERPT_CHARS).decode(errors="replace")
             return Outcome(ok=True, status_code=response.status, response=text)
     except urllib.error.HTTPError as exc:

@@ -19,6 +19,13 @@ from aiosmtpd.controller import Controller
 from notifications import delivery, dispatch
 
 
+@pytest.fixture(autouse=True)
+def local_receivers_allowed(settings):
+    """The receivers these tests start listen on 127.0.0.1, which the server refuses by default
+    (``notifications.targets``); the test about that refusal turns it back off."""
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = True
+
+
 @dataclass
 class Receiver:
     """Requests received: (headers, body); ``signing_secret`` checks ``X-StreamForge-Signature``."""

@@ -5,8 +5,12 @@ same event is never sent twice; secrets never leave in clear."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
+import urllib.error
+import urllib.request
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.test import Client
@@ -14,7 +18,7 @@ from django.utils import timezone
 
 from access.models import AuditEvent, Role
 from dlq.ingest import TopicOwner, store_batch
-from notifications import channels, delivery, dispatch
+from notifications import channels, delivery, dispatch, targets
 from notifications.dispatch import Event
 from notifications.models import Channel, DeliveryAttempt, Notification, NotificationState
 from pipelines.services import create_pipeline
@@ -256,3 +260,62 @@ def test_secrets_are_shown_once_and_never_in_answers_audit_or_logs(team, manager
         assert slack_url not in where
         assert "XXXXXXXXXXXXXXXXXXXX" not in where
     assert "…XXXX" in shown  # masked
+
+
+@pytest.mark.django_db
+def test_a_webhook_may_not_point_at_the_internal_network(team, manager, receiver, settings):
+    """SSRF: a team admin's URL must not make the server reach loopback, private or link-local addresses
+    (Redis, PostgreSQL, a cloud metadata address), neither when saved nor at delivery, nor by a redirect."""
+    client = Client()
+    client.force_login(manager)
+    base = {"team": team.name, "name": "inside", "kind": "webhook", "events": [GROUP]}
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
+    for url in (
+        "http://127.0.0.1:6379/",
+        "http://10.0.0.8/hook",
+        "http://169.254.169.254/latest/",
+        "http://[::1]/",
+    ):
+        answer = client.post(
+            "/api/notifications/channels/", {**base, "url": url}, content_type="application/json"
+        )
+        assert answer.status_code == 400, url
+        assert "internal address" in answer.json()["url"][0]
+    # Saved while allowed, then the installation forbids it: the delivery is refused before connecting.
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = True
+    channel = _webhook(manager, team, receiver)
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
+    attempt = channels.send_test(actor=manager, channel=channel)
+    assert attempt.status_code is None
+    assert "internal address" in attempt.error
+    assert receiver.requests == []
+
+
+def test_a_delivery_does_not_follow_a_redirect():
+    """A public receiver could answer 302 to an internal address after the check: the redirect is the
+    delivery's error, never a second request."""
+    followed: list[str] = []
+
+    class Redirecting(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            if self.path == "/elsewhere":
+                followed.append(self.path)
+            self.send_response(302)
+            self.send_header("Location", "/elsewhere")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{server.server_address[1]}/hook", data=b"{}", method="POST"
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            targets.OPENER.open(request, timeout=5)
+        assert refused.value.code == 302
+        assert followed == []
+    finally:
+        server.shutdown()
