@@ -123,6 +123,10 @@ def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
             ],  # newest first
             "audit": selectors.audit_trail(dead_letter, [a.id for a in info.approvals]),
             "can_operate": can_operate,
+            # The pipeline's source topics: their records link to the topic browser and their outcomes.
+            "source_topics": list(dead_letter.pipeline.current_revision.spec["source"]["topics"])
+            if dead_letter.pipeline is not None and dead_letter.pipeline.current_revision is not None
+            else [],
             "parked": dead_letter.status == Status.PARKED,
             "status_shown": selectors.FAILED_AGAIN_BADGE
             if dead_letter.pk in selectors.failed_again([dead_letter.pk])

@@ -33,6 +33,11 @@ H_REPLAY_DESTINATIONS: Final = "x-streamforge-replay-destinations"
 # Lets anyone holding only the outputs prove which source offsets arrived (the accounting identity).
 H_LINEAGE: Final = "x-streamforge-source"
 
+# --- test messages, produced by the console to a pipeline's source topic -----------------------------------
+#: Marks a record as a test message; the value is the username of who produced it. The pipeline processes
+#: it like any other record (the header passes through to the destinations unless a transform drops it).
+H_TEST: Final = "x-streamforge-test"
+
 #: The destination name on a DLQ record whose failure concerns every destination (the value did not decode).
 ALL_DESTINATIONS: Final = "*"
 

@@ -17,6 +17,10 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    # The topic browser and test messages live in the dlq app (their masking is the DLQ console's) but are
+    # addressed under the pipeline; these come first so the pipelines' own routes do not take them.
+    path("api/pipelines/<slug:name>/", include("dlq.api.topic_urls")),
+    path("pipelines/<slug:name>/", include("dlq.topic_urls")),
     path("api/", include("pipelines.api.urls")),
     path("api/dlq/", include("dlq.api.urls")),
     path("api/notifications/", include("notifications.api.urls")),

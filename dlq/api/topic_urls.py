@@ -1,0 +1,19 @@
+"""URLs of the topic browser and test message API (mounted under /api/pipelines/<name>/)."""
+
+from django.urls import URLPattern, path
+
+from dlq.api import topics
+
+urlpatterns: list[URLPattern] = [
+    path("topics/", topics.OwnedTopicsView.as_view(), name="pipeline-topics-api"),
+    path("topics/<str:topic>/", topics.TopicView.as_view(), name="pipeline-topic-api"),
+    path(
+        "topics/<str:topic>/messages/", topics.TopicMessagesView.as_view(), name="pipeline-topic-messages-api"
+    ),
+    path(
+        "topics/<str:topic>/records/<int:partition>/<int:offset>/outcomes/",
+        topics.RecordOutcomesView.as_view(),
+        name="pipeline-record-outcomes-api",
+    ),
+    path("test-messages/", topics.TestMessagesView.as_view(), name="pipeline-test-messages-api"),
+]

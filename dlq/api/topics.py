@@ -1,0 +1,311 @@
+"""REST endpoints of the topic browser and test messages (mounted under /api/pipelines/<name>/):
+
+- ``GET topics/``: the topics the pipeline owns, with their roles;
+- ``GET topics/<topic>/``: partitions and watermarks, configs, the pipeline's consumer group lag;
+- ``GET topics/<topic>/messages/``: a page of records, masked for viewers as the DLQ console masks;
+- ``GET topics/<topic>/records/<partition>/<offset>/outcomes/``: what became of a source record at each
+  destination;
+- ``POST test-messages/``: produce a test message to a source topic (operators; reason required; audited).
+
+Another team's pipeline, and a topic the pipeline does not own, are 404. Bad input is 400 naming the field.
+Views validate the request and call ``dlq.topic_browser`` / ``dlq.test_messages``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+from datetime import datetime
+from typing import Any
+
+from confluent_kafka import KafkaException
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from dlq import test_messages, topic_browser
+from dlq.api.views import ServiceErrorsMixin
+from dlq.topic_browser import BadPosition, TopicNotFound
+
+# ------------------------------------------------------------------------------------------ serializers
+
+
+class OwnedTopicSerializer(serializers.Serializer[Any]):
+    """A topic of the pipeline and its role (``source``, ``destination <name>`` or ``dlq``)."""
+
+    topic = serializers.CharField()
+    role = serializers.CharField()
+
+
+class PartitionSerializer(serializers.Serializer[Any]):
+    """A partition's low and high watermarks."""
+
+    partition = serializers.IntegerField()
+    low = serializers.IntegerField()
+    high = serializers.IntegerField()
+
+
+class GroupLagSerializer(serializers.Serializer[Any]):
+    """A consumer group's committed offset (null: none) and lag on one partition."""
+
+    group = serializers.CharField()
+    partition = serializers.IntegerField()
+    committed = serializers.IntegerField(allow_null=True)
+    lag = serializers.IntegerField()
+
+
+class TopicOverviewSerializer(serializers.Serializer[Any]):
+    """A topic's partitions, configs (name -> value) and the pipeline's group lag; ``error`` when the
+    cluster did not answer."""
+
+    topic = serializers.CharField()
+    role = serializers.CharField()
+    cluster = serializers.CharField()
+    partitions = PartitionSerializer(many=True)
+    configs = serializers.DictField(child=serializers.CharField())
+    groups = GroupLagSerializer(many=True)
+    error = serializers.CharField()
+
+
+class PayloadViewSerializer(serializers.Serializer[Any]):
+    """A key or value as the DLQ message page shows it (``dlq.presenters.PayloadView``)."""
+
+    encoding = serializers.CharField()
+    size = serializers.IntegerField()
+    pretty = serializers.CharField()
+    raw = serializers.CharField()
+    hex = serializers.CharField()
+    masked = serializers.BooleanField()
+    withheld = serializers.BooleanField()
+
+
+class HeaderSerializer(serializers.Serializer[Any]):
+    """A header: ``value`` as text, hex digits, ``•••`` when masked, or null (``encoding`` says which)."""
+
+    name = serializers.CharField()
+    encoding = serializers.CharField()
+    value = serializers.CharField(allow_null=True)
+
+
+class LineageSerializer(serializers.Serializer[Any]):
+    """The source record of a produced record; ``owned`` when its topic is the pipeline's."""
+
+    topic = serializers.CharField()
+    partition = serializers.IntegerField()
+    offset = serializers.IntegerField()
+    owned = serializers.BooleanField()
+
+
+class BrowsedRecordSerializer(serializers.Serializer[Any]):
+    """One record (timestamp in epoch ms, null when unknown); ``test_by`` names who produced a test message."""
+
+    topic = serializers.CharField()
+    partition = serializers.IntegerField()
+    offset = serializers.IntegerField()
+    timestamp_ms = serializers.IntegerField(allow_null=True)
+    key = PayloadViewSerializer()
+    value = PayloadViewSerializer()
+    headers = HeaderSerializer(many=True)
+    lineage = LineageSerializer(allow_null=True)
+    test_by = serializers.CharField()
+
+
+class RecordPageSerializer(serializers.Serializer[Any]):
+    """A page of records; pass ``next_cursor`` as ``cursor`` for the next one (empty: none)."""
+
+    records = BrowsedRecordSerializer(many=True)
+    next_cursor = serializers.CharField()
+    truncated = serializers.BooleanField()
+
+
+class BrowseQuerySerializer(serializers.Serializer[Any]):
+    """Query of ``messages/``: ``from_offset`` or ``from_time`` (ISO-8601), not both."""
+
+    partition = serializers.IntegerField(required=False, min_value=0, max_value=1_000_000)
+    from_offset = serializers.IntegerField(required=False, min_value=0, max_value=2**62)
+    from_time = serializers.DateTimeField(required=False)
+    order = serializers.ChoiceField(choices=["newest", "oldest"], default="newest")
+    cursor = serializers.CharField(required=False, default="", allow_blank=True, max_length=20_000)
+    limit = serializers.IntegerField(
+        required=False, default=topic_browser.PAGE_SIZE, min_value=1, max_value=topic_browser.MAX_PAGE_SIZE
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """Refuses ``from_offset`` together with ``from_time``."""
+        if "from_offset" in attrs and "from_time" in attrs:
+            raise serializers.ValidationError({"from_time": ["give from_offset or from_time, not both"]})
+        return attrs
+
+
+class TestMessageSerializer(serializers.Serializer[Any]):
+    """A test message: ``topic`` (default: the first source topic), ``value`` and optional ``key`` as text
+    or, with ``encoding=base64``, base64; ``headers`` name -> text value; a required ``reason``."""
+
+    topic = serializers.CharField(required=False, default="", allow_blank=True, max_length=249)
+    value = serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=1_000_000)
+    key = serializers.CharField(
+        required=False, allow_null=True, default=None, trim_whitespace=False, max_length=10_000
+    )
+    encoding = serializers.ChoiceField(choices=["text", "base64"], default="text")
+    headers = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, max_length=10_000), required=False, default=dict
+    )
+    reason = serializers.CharField(max_length=2000)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """Decodes ``value`` and ``key`` to bytes (base64 errors name the field)."""
+        for name in ("value", "key"):
+            text = attrs.get(name)
+            if text is None:
+                continue
+            if attrs["encoding"] == "base64":
+                try:
+                    attrs[name] = base64.b64decode(text, validate=True)
+                except (binascii.Error, ValueError):
+                    raise serializers.ValidationError({name: ["not valid base64"]}) from None
+            else:
+                attrs[name] = text.encode()
+        return attrs
+
+
+class ProducedTestSerializer(serializers.Serializer[Any]):
+    """Where the test message landed on its source topic."""
+
+    topic = serializers.CharField()
+    partition = serializers.IntegerField()
+    offset = serializers.IntegerField()
+
+
+class RecordDestinationOutcomeSerializer(serializers.Serializer[Any]):
+    """One destination's outcome (``produced``, ``dead_lettered``, ``filtered``, ``pending``) and what the
+    dry run expected."""
+
+    destination = serializers.CharField()
+    topic = serializers.CharField()
+    outcome = serializers.CharField()
+    expected = serializers.CharField()
+    expected_error = serializers.CharField()
+    partition = serializers.IntegerField(allow_null=True)
+    offset = serializers.IntegerField(allow_null=True)
+    dead_letter_id = serializers.IntegerField(allow_null=True)
+    error_type = serializers.CharField()
+    error_message = serializers.CharField()
+
+
+class RecordOutcomesSerializer(serializers.Serializer[Any]):
+    """A source record's outcomes per destination; ``done`` once none is pending."""
+
+    topic = serializers.CharField()
+    partition = serializers.IntegerField()
+    offset = serializers.IntegerField()
+    found = serializers.BooleanField()
+    committed = serializers.BooleanField()
+    done = serializers.BooleanField()
+    test_by = serializers.CharField()
+    destinations = RecordDestinationOutcomeSerializer(many=True)
+    error = serializers.CharField()
+
+
+# ------------------------------------------------------------------------------------------ views
+
+
+class TopicErrorsMixin(ServiceErrorsMixin):
+    """As ``ServiceErrorsMixin``, plus: TopicNotFound -> 404, BadPosition -> 400 naming the field, a
+    cluster that does not answer -> 503."""
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, TopicNotFound):
+            return Response({"detail": "Not found."}, status=status.HTTP_404_NOT_FOUND)
+        if isinstance(exc, BadPosition):
+            return Response({exc.field: [exc.message]}, status=status.HTTP_400_BAD_REQUEST)
+        if isinstance(exc, KafkaException):
+            return Response(
+                {"detail": f"the cluster did not answer: {exc}"}, status=status.HTTP_503_SERVICE_UNAVAILABLE
+            )
+        return super().handle_exception(exc)
+
+
+class OwnedTopicsView(TopicErrorsMixin, APIView):
+    """``GET /api/pipelines/{name}/topics/``: the topics the pipeline's current spec names."""
+
+    @extend_schema(responses={200: OwnedTopicSerializer(many=True)})
+    def get(self, request: Request, name: str) -> Response:
+        pipeline = topic_browser.pipeline_for(request.user, name)
+        roles = topic_browser.owned_topics(topic_browser.spec_of(pipeline))
+        return Response([{"topic": topic, "role": role} for topic, role in roles.items()])
+
+
+class TopicView(TopicErrorsMixin, APIView):
+    """``GET /api/pipelines/{name}/topics/{topic}/``: partitions, configs and group lag of an owned topic."""
+
+    @extend_schema(responses={200: TopicOverviewSerializer})
+    def get(self, request: Request, name: str, topic: str) -> Response:
+        pipeline = topic_browser.pipeline_for(request.user, name)
+        return Response(TopicOverviewSerializer(topic_browser.topic_overview(pipeline, topic)).data)
+
+
+class TopicMessagesView(TopicErrorsMixin, APIView):
+    """``GET /api/pipelines/{name}/topics/{topic}/messages/``: a page of records (see
+    ``dlq.topic_browser.browse``), newest first unless ``order=oldest``. Reads without a consumer group."""
+
+    @extend_schema(parameters=[BrowseQuerySerializer], responses={200: RecordPageSerializer})
+    def get(self, request: Request, name: str, topic: str) -> Response:
+        query = BrowseQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        q = query.validated_data
+        pipeline = topic_browser.pipeline_for(request.user, name)
+        from_time: datetime | None = q.get("from_time")
+        page = topic_browser.browse(
+            pipeline,
+            topic,
+            user=request.user,
+            partition=q.get("partition"),
+            from_offset=q.get("from_offset"),
+            from_time_ms=int(from_time.timestamp() * 1000) if from_time is not None else None,
+            order=q["order"],
+            cursor=q["cursor"],
+            limit=q["limit"],
+        )
+        return Response(RecordPageSerializer(_plain(page)).data)
+
+
+class RecordOutcomesView(TopicErrorsMixin, APIView):
+    """``GET /api/pipelines/{name}/topics/{topic}/records/{partition}/{offset}/outcomes/``: what became of a
+    source record at each destination (see ``dlq.test_messages.record_outcomes``)."""
+
+    @extend_schema(responses={200: RecordOutcomesSerializer})
+    def get(self, request: Request, name: str, topic: str, partition: int, offset: int) -> Response:
+        pipeline = topic_browser.pipeline_for(request.user, name)
+        result = test_messages.record_outcomes(pipeline, topic=topic, partition=partition, offset=offset)
+        return Response(RecordOutcomesSerializer(_plain(result)).data)
+
+
+class TestMessagesView(TopicErrorsMixin, APIView):
+    """``POST /api/pipelines/{name}/test-messages/``: produce a test message to a source topic (operator
+    role; ``reason`` required; one audit event with topic, partition and offset). 201 with where it
+    landed; follow it with ``.../records/{partition}/{offset}/outcomes/``."""
+
+    @extend_schema(request=TestMessageSerializer, responses={201: ProducedTestSerializer})
+    def post(self, request: Request, name: str) -> Response:
+        pipeline = topic_browser.pipeline_for(request.user, name)
+        body = TestMessageSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        spec = topic_browser.spec_of(pipeline)
+        produced = test_messages.produce_test_message(
+            actor=request.user,  # type: ignore[arg-type]
+            pipeline=pipeline,
+            topic=data["topic"] or spec.source.topics[0],
+            value=data["value"],
+            key=data["key"],
+            headers=[(header, value.encode()) for header, value in data["headers"].items()],
+            reason=data["reason"],
+        )
+        return Response(ProducedTestSerializer(produced).data, status=status.HTTP_201_CREATED)
+
+
+def _plain(result: Any) -> dict[str, Any]:
+    return dataclasses.asdict(result)

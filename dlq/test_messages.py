@@ -1,0 +1,216 @@
+"""Test messages: an operator produces a record to one of a pipeline's source topics, tagged with the
+``x-streamforge-test`` header, and follows what became of it at every destination: produced where (the
+destination record carrying its lineage header), dead-lettered with which error (the dead letter the DLQ
+ingester stored with its source coordinates), or filtered (the DSL dry run says the destination's filter
+drops it, and the pipeline's consumer group has committed past it with nothing written).
+
+``record_outcomes`` works for any source record, not only test messages: the topic browser links a source
+record to it ("where did it go?").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+from confluent_kafka import KafkaException
+from django.contrib.auth.models import User
+from django.db import transaction
+
+from access import audit
+from access.models import Role
+from access.permissions import require_role
+from dlq import topic_browser
+from dlq.models import DeadLetter
+from dlq.services import InvalidRequest, ReplayFailed
+from dlq.services.kafka_io import OutgoingRecord, produce
+from pipelines.clusters import connection_for
+from pipelines.dsl import Message
+from pipelines.lag import consumer_group_lag
+from pipelines.models import Pipeline
+from pipelines.services import dry_run
+from streamforge_core import contract as c
+
+#: How far before the source record's timestamp a destination is searched (ms): a destination timestamp
+#: rule may move a produced record's timestamp somewhat earlier than its source's.
+SEARCH_MARGIN_MS = 60_000
+
+OutcomeKind = Literal["produced", "dead_lettered", "filtered", "pending"]
+
+
+@dataclass(frozen=True)
+class ProducedTest:
+    """Where a test message landed on the source topic."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+def produce_test_message(
+    *,
+    actor: User,
+    pipeline: Pipeline,
+    topic: str,
+    value: bytes | None,
+    key: bytes | None = None,
+    headers: list[tuple[str, bytes | None]] | None = None,
+    reason: str,
+) -> ProducedTest:
+    """Produce a test record to ``topic``, one of ``pipeline``'s source topics, with ``headers`` plus
+    ``x-streamforge-test: <actor's username>``, and record one audit event (``topic.test_message``: topic,
+    partition, offset; never the payload). Needs the operator role in the pipeline's team.
+
+    Raises PermissionDenied without that role, InvalidRequest (field ``reason`` or ``topic``) for an empty
+    reason or a topic that is not a source topic of the pipeline, ReplayFailed (503) when the broker does
+    not take the record.
+    """
+    require_role(actor, pipeline.team, Role.OPERATOR)
+    if not reason.strip():
+        raise InvalidRequest("reason", "say why this test message is produced")
+    spec = topic_browser.spec_of(pipeline)
+    if topic not in spec.source.topics:
+        raise InvalidRequest(
+            "topic", f"not a source topic of {pipeline.name}: {', '.join(spec.source.topics)}"
+        )
+    out = OutgoingRecord(
+        topic=topic,
+        key=key,
+        value=value,
+        headers=[*(headers or []), (c.H_TEST, actor.get_username().encode())],
+        cluster_id=pipeline.cluster_id,
+    )
+    produce([out])
+    if out.error or out.partition is None or out.offset is None:
+        raise ReplayFailed(f"the broker did not take the test message: {out.error or 'no answer'}")
+    with transaction.atomic():
+        audit.record(
+            actor=actor,
+            action="topic.test_message",
+            target_type="pipeline",
+            target_id=pipeline.name,
+            reason=reason.strip(),
+            details={"topic": topic, "partition": out.partition, "offset": out.offset},
+        )
+    return ProducedTest(topic, out.partition, out.offset)
+
+
+@dataclass(frozen=True)
+class DestinationOutcome:
+    """What became of a source record at one destination: ``outcome`` (``produced``, ``dead_lettered``,
+    ``filtered`` or ``pending`` while nothing is known yet), ``expected`` (what the dry run of the current
+    spec says: ``produced``, ``filtered`` or ``dead_lettered``; empty when the record could not be read),
+    where it was produced (``partition``, ``offset`` on ``topic``), or the dead letter (``dead_letter_id``,
+    ``error_type``, ``error_message``)."""
+
+    destination: str
+    topic: str
+    outcome: OutcomeKind
+    expected: str = ""
+    expected_error: str = ""
+    partition: int | None = None
+    offset: int | None = None
+    dead_letter_id: int | None = None
+    error_type: str = ""
+    error_message: str = ""
+
+
+@dataclass(frozen=True)
+class RecordOutcomes:
+    """A source record's outcomes, one per destination in spec order; ``done`` once none is pending;
+    ``found`` is False when the source record cannot be read (then only dead letters are known);
+    ``committed`` whether the pipeline's consumer group has committed past the record; ``error`` non-empty
+    when the cluster did not answer."""
+
+    topic: str
+    partition: int
+    offset: int
+    found: bool
+    committed: bool
+    done: bool
+    test_by: str
+    destinations: list[DestinationOutcome]
+    error: str = ""
+
+
+def record_outcomes(pipeline: Pipeline, *, topic: str, partition: int, offset: int) -> RecordOutcomes:
+    """What became of the record at ``topic``/``partition``/``offset`` (a source topic of ``pipeline``) at
+    each destination: a dead letter stored for it (``DeadLetter.source_*``) wins; else a destination record
+    carrying its lineage header; else ``filtered`` when the dry run says the filter drops it and the
+    pipeline's group has committed past it; else ``pending``. Raises TopicNotFound for a topic that is not
+    a source topic of the pipeline; a cluster that does not answer is reported in ``error``."""
+    spec = topic_browser.spec_of(pipeline)
+    if topic not in spec.source.topics:
+        raise topic_browser.TopicNotFound(topic)
+    letters = {
+        dl.destination: dl
+        for dl in DeadLetter.objects.filter(
+            pipeline=pipeline, source_topic=topic, source_partition=partition, source_offset=offset
+        ).order_by("id")
+    }
+    lineage = f"{topic}/{partition}/{offset}"
+    error = ""
+    expected: list[tuple[str, str]] = [("", "")] * len(spec.destinations)
+    record = None
+    committed = False
+    try:
+        record = topic_browser.read_record(pipeline, topic, partition, offset)
+        lags = consumer_group_lag(
+            group=spec.source.consumer_group,
+            topics=[topic],
+            kafka=connection_for(pipeline.cluster),
+            timeout=5,
+        )
+        committed = any(
+            lag.partition == partition and lag.committed is not None and lag.committed > offset
+            for lag in lags
+        )
+    except (KafkaException, ValueError) as exc:
+        error = f"the cluster did not answer: {exc}"
+    if record is not None:
+        message = Message(
+            value=record.value,
+            key=record.key,
+            headers=tuple(record.headers),
+            timestamp_ms=record.timestamp_ms,
+        )
+        expected = [(r.outcome, r.error_message or "") for r in dry_run(spec=spec, messages=[message])[0]]
+    outcomes: list[DestinationOutcome] = []
+    for dest, (kind, why) in zip(spec.destinations, expected, strict=True):
+        letter = letters.get(dest.name) or letters.get(c.ALL_DESTINATIONS)
+        base = DestinationOutcome(dest.name, dest.topic, "pending", expected=kind, expected_error=why)
+        if letter is not None:
+            outcomes.append(
+                _with(base, "dead_lettered", dead_letter_id=letter.pk, error_type=letter.error_type,
+                      error_message=letter.error_message)
+            )  # fmt: skip
+            continue
+        landed = None
+        if record is not None and not error and kind != "filtered":
+            since = (record.timestamp_ms or 0) - SEARCH_MARGIN_MS
+            try:
+                landed = topic_browser.find_by_lineage(pipeline, dest.topic, lineage, since_ms=since)
+            except KafkaException as exc:
+                error = f"the cluster did not answer: {exc}"
+        if landed is not None:
+            outcomes.append(_with(base, "produced", partition=landed.partition, offset=landed.offset))
+        elif kind == "filtered" and committed:
+            outcomes.append(_with(base, "filtered"))
+        else:
+            outcomes.append(base)
+    return RecordOutcomes(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        found=record is not None,
+        committed=committed,
+        done=all(o.outcome != "pending" for o in outcomes),
+        test_by=(record.header(c.H_TEST) or "") if record is not None else "",
+        destinations=outcomes,
+        error=error,
+    )
+
+
+def _with(base: DestinationOutcome, outcome: OutcomeKind, **changes: object) -> DestinationOutcome:
+    return dataclasses.replace(base, outcome=outcome, **changes)  # type: ignore[arg-type]

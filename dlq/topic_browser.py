@@ -1,0 +1,464 @@
+"""Browsing the Kafka topics a pipeline owns: its source topics, destination topics and DLQ topic (its current
+spec's), on the pipeline's cluster. Partitions with their watermarks, the topic's configs, the pipeline's
+consumer group lag on it, and records page by page, newest first, masked for viewers exactly as the DLQ
+message page masks a dead letter (``dlq.services.masking_for``, ``dlq.presenters.payload_views``).
+
+It lives in the ``dlq`` app, not in ``pipelines``, because what a viewer may see of a record (masking and
+the pretty / raw / hex views) is the DLQ console's, and ``pipelines`` may not import ``dlq``; moving the
+masking down would have moved half of ``dlq.services.rendering`` and ``dlq.presenters`` for one caller.
+
+Reading never joins a consumer group: partitions are assigned with explicit offsets, nothing is committed
+(``enable.auto.commit=false``, no offset store, a throwaway group id the broker never hears of as a
+group), and every read is bounded by ``READ_TIMEOUT_SECONDS`` and ``READ_MAX_BYTES``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Literal
+
+from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource
+from django.db.models import QuerySet
+
+from access.permissions import AnyUser
+from dlq import presenters, services
+from pipelines.clusters import connection_for
+from pipelines.lag import consumer_group_lag
+from pipelines.models import Pipeline
+from pipelines.selectors import visible_pipelines
+from pipelines.spec import PipelineSpec, parse_spec
+from streamforge_core import contract as c
+from streamforge_core.kafka import KafkaConnection, Record, admin_config, consumer_config
+
+#: Records per page, by default and at most.
+PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+#: A read gives up after this many seconds, with what it has.
+READ_TIMEOUT_SECONDS = 10.0
+#: A read fetches at most about this many bytes (values, keys and headers), then stops with what it has.
+READ_MAX_BYTES = 16 * 1024 * 1024
+#: Topic configs shown on the page, in this order (others are in the API answer too).
+SHOWN_CONFIGS = (
+    "cleanup.policy",
+    "retention.ms",
+    "retention.bytes",
+    "max.message.bytes",
+    "min.insync.replicas",
+    "compression.type",
+    "message.timestamp.type",
+)
+
+Order = Literal["newest", "oldest"]
+
+
+class TopicNotFound(Exception):
+    """The topic is not one the pipeline owns (or the pipeline is not visible): answered as 404."""
+
+
+class BadPosition(ValueError):
+    """A browse position that cannot be used; ``field`` names the request field (answered as 400)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+# ------------------------------------------------------------------------------------------ ownership
+
+
+def pipeline_for(user: AnyUser, name: str) -> Pipeline:
+    """The pipeline called ``name`` if the user may see it (its team's members, admins), with its team,
+    cluster and current revision. Raises TopicNotFound otherwise (another team's pipeline is a 404)."""
+    found: QuerySet[Pipeline] = visible_pipelines(user).select_related("cluster").filter(name=name)
+    pipeline = found.first()
+    if pipeline is None or pipeline.current_revision is None:
+        raise TopicNotFound(name)
+    return pipeline
+
+
+def spec_of(pipeline: Pipeline) -> PipelineSpec:
+    """The pipeline's current spec. The pipeline must have a current revision (``pipeline_for`` checks)."""
+    assert pipeline.current_revision is not None
+    return parse_spec(pipeline.current_revision.spec, pipeline_name=pipeline.name)
+
+
+def owned_topics(spec: PipelineSpec) -> dict[str, str]:
+    """The topics a pipeline owns, each with its role: ``source``, ``destination <name>[, <name>...]`` or
+    ``dlq``; sources first, then destinations in spec order, then the DLQ topic."""
+    roles: dict[str, str] = dict.fromkeys(spec.source.topics, "source")
+    for dest in spec.destinations:
+        previous = roles.get(dest.topic)
+        roles[dest.topic] = f"{previous}, {dest.name}" if previous else f"destination {dest.name}"
+    roles[spec.dlq.topic] = "dlq"
+    return roles
+
+
+def require_owned(pipeline: Pipeline, topic: str) -> str:
+    """The topic's role for ``pipeline`` (see ``owned_topics``); TopicNotFound when the pipeline's current
+    spec does not name it, whether or not it exists on the cluster."""
+    role = owned_topics(spec_of(pipeline)).get(topic)
+    if role is None:
+        raise TopicNotFound(topic)
+    return role
+
+
+# ------------------------------------------------------------------------------------------ overview
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """One partition: its low and high watermarks (the first offset kept and the next offset to be written;
+    ``high - low`` records at most, fewer on compacted or transactional topics)."""
+
+    partition: int
+    low: int
+    high: int
+
+
+@dataclass(frozen=True)
+class GroupPartitionLag:
+    """A consumer group's committed offset on one partition (None: nothing committed) and its lag."""
+
+    group: str
+    partition: int
+    committed: int | None
+    lag: int
+
+
+@dataclass(frozen=True)
+class TopicOverview:
+    """A topic as the browser's header shows it: its role for the pipeline, partitions, configs (name ->
+    value as the broker reports them), the pipeline's consumer group lag (source topics only) and ``error``
+    (non-empty when the broker did not answer, or the topic does not exist yet)."""
+
+    topic: str
+    role: str
+    cluster: str
+    partitions: list[PartitionInfo] = field(default_factory=list)
+    configs: dict[str, str] = field(default_factory=dict)
+    groups: list[GroupPartitionLag] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def shown_configs(self) -> list[tuple[str, str]]:
+        """The configs of ``SHOWN_CONFIGS`` the broker reported, in that order."""
+        return [(name, self.configs[name]) for name in SHOWN_CONFIGS if name in self.configs]
+
+
+def _connection(pipeline: Pipeline) -> KafkaConnection:
+    return connection_for(pipeline.cluster)
+
+
+def topic_overview(pipeline: Pipeline, topic: str, *, timeout: float = 5.0) -> TopicOverview:
+    """Partitions with watermarks, configs and the pipeline's consumer group lag of an owned ``topic``.
+    Raises TopicNotFound for a topic the pipeline does not own; a broker that does not answer within
+    ``timeout`` seconds is reported in ``error``, not raised."""
+    role = require_owned(pipeline, topic)
+    spec = spec_of(pipeline)
+    cluster = pipeline.cluster.name if pipeline.cluster is not None else "default"
+    try:
+        conn = _connection(pipeline)
+        watermarks = _watermarks(conn, topic, timeout)
+        if watermarks is None:
+            return TopicOverview(topic, role, cluster, error="the topic does not exist on the cluster (yet)")
+        admin = AdminClient(admin_config(conn))
+        futures = admin.describe_configs(
+            [ConfigResource(ConfigResource.Type.TOPIC, topic)], request_timeout=timeout
+        )
+        entries = next(iter(futures.values())).result(timeout=timeout)
+        configs = {
+            name: str(entry.value) for name, entry in sorted(entries.items()) if not entry.is_sensitive
+        }
+        groups: list[GroupPartitionLag] = []
+        if topic in spec.source.topics:
+            group = spec.source.consumer_group
+            groups = [
+                GroupPartitionLag(group, lag.partition, lag.committed, lag.lag)
+                for lag in consumer_group_lag(group=group, topics=[topic], kafka=conn, timeout=timeout)
+            ]
+    except (KafkaException, ValueError) as exc:
+        return TopicOverview(topic, role, cluster, error=f"the cluster did not answer: {exc}")
+    partitions = [PartitionInfo(p, low, high) for p, (low, high) in sorted(watermarks.items())]
+    return TopicOverview(topic, role, cluster, partitions, configs, groups)
+
+
+def _browse_consumer(conn: KafkaConnection) -> Consumer:
+    # Assign-only: the group id is never used to join, fetch or commit (no subscribe, no commit, no stored
+    # offsets), so the broker lists no group for it.
+    return Consumer(
+        consumer_config(
+            conn,
+            group_id=f"streamforge-browse-{uuid.uuid4()}",
+            client_id="streamforge-topic-browser",
+            extra={"enable.auto.offset.store": False, "enable.partition.eof": True},
+        )
+    )
+
+
+def _watermarks(conn: KafkaConnection, topic: str, timeout: float) -> dict[int, tuple[int, int]] | None:
+    consumer = _browse_consumer(conn)
+    try:
+        return _read_watermarks(consumer, topic, timeout)
+    finally:
+        consumer.close()
+
+
+def _read_watermarks(consumer: Consumer, topic: str, timeout: float) -> dict[int, tuple[int, int]] | None:
+    metadata = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+    if metadata is None or metadata.error is not None:
+        return None
+    return {
+        p: tuple(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout))  # type: ignore[misc]
+        for p in sorted(metadata.partitions)
+    }
+
+
+# ------------------------------------------------------------------------------------------ records
+
+
+@dataclass(frozen=True)
+class LineageLink:
+    """Where a record came from (its ``x-streamforge-source`` header: topic, partition, offset) and
+    whether that topic is one of the pipeline's (then the page links to it)."""
+
+    topic: str
+    partition: int
+    offset: int
+    owned: bool
+
+
+@dataclass(frozen=True)
+class BrowsedRecord:
+    """One record as its viewer may see it: coordinates, timestamp (epoch ms, None when the broker gave
+    none), key and value views (``dlq.presenters.PayloadView``), headers (masked by name for viewers), the
+    lineage of a destination record, and ``test_by`` (who produced it as a test message, else empty)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int | None
+    key: presenters.PayloadView
+    value: presenters.PayloadView
+    headers: list[services.RenderedHeader]
+    lineage: LineageLink | None
+    test_by: str
+
+
+@dataclass(frozen=True)
+class RecordPage:
+    """A page of records: ``records`` in the requested order, ``next_cursor`` for the following page (empty
+    when there is none), and ``truncated`` when the read stopped on its time or byte budget."""
+
+    records: list[BrowsedRecord]
+    next_cursor: str
+    truncated: bool
+
+
+def parse_lineage(value: str | None) -> tuple[str, int, int] | None:
+    """``topic/partition/offset`` (the lineage header) as a triple; None when absent or malformed."""
+    if not value:
+        return None
+    topic, _, rest = value.rpartition("/")
+    topic, _, partition = topic.rpartition("/")
+    if not topic or not partition.isdigit() or not rest.lstrip("-").isdigit():
+        return None
+    return topic, int(partition), int(rest)
+
+
+def _cursor_text(bounds: dict[int, int]) -> str:
+    return ",".join(f"{p}:{o}" for p, o in sorted(bounds.items()))
+
+
+def parse_cursor(text: str) -> dict[int, int]:
+    """A page cursor (``partition:offset`` pairs, comma-separated) as {partition: offset}; BadPosition
+    (field ``cursor``) when malformed."""
+    bounds: dict[int, int] = {}
+    for part in filter(None, text.split(",")):
+        p, sep, o = part.partition(":")
+        if not sep or not p.isdigit() or not o.isdigit() or len(o) > 19 or len(p) > 9:
+            raise BadPosition("cursor", "not a cursor of this browser")
+        bounds[int(p)] = int(o)
+    return bounds
+
+
+def browse(
+    pipeline: Pipeline,
+    topic: str,
+    *,
+    user: AnyUser,
+    partition: int | None = None,
+    from_offset: int | None = None,
+    from_time_ms: int | None = None,
+    order: Order = "newest",
+    cursor: str = "",
+    limit: int = PAGE_SIZE,
+    timeout: float = READ_TIMEOUT_SECONDS,
+    max_bytes: int = READ_MAX_BYTES,
+) -> RecordPage:
+    """One page of an owned ``topic``'s records (``limit``, at most ``MAX_PAGE_SIZE``) as ``user`` may see
+    them, of one ``partition`` or of all merged by timestamp.
+
+    The range read starts at ``from_offset`` (on every partition read) or at the first offset whose
+    timestamp is at or after ``from_time_ms`` (epoch ms; Kafka's offsets_for_times), else at the low
+    watermark, and ends at the high watermark. ``newest`` (the default) pages from the end of the range back
+    to its start; ``oldest`` from its start forward. ``cursor`` is a previous page's ``next_cursor``.
+
+    Raises TopicNotFound for a topic the pipeline does not own or that does not exist, BadPosition for a
+    partition the topic does not have or a bad cursor, KafkaException when the cluster does not answer.
+    """
+    require_owned(pipeline, topic)
+    limit = max(1, min(limit, MAX_PAGE_SIZE))
+    masking = services.masking_for(user, pipeline.team)
+    owned = owned_topics(spec_of(pipeline))
+    bounds = parse_cursor(cursor)
+    consumer = _browse_consumer(_connection(pipeline))
+    try:
+        watermarks = _read_watermarks(consumer, topic, timeout)
+        if watermarks is None:
+            raise TopicNotFound(topic)
+        if partition is not None and partition not in watermarks:
+            raise BadPosition("partition", f"the topic has partitions 0 to {len(watermarks) - 1}")
+        chosen = [partition] if partition is not None else sorted(watermarks)
+        starts = _starts(consumer, topic, chosen, watermarks, from_offset, from_time_ms, timeout)
+        ranges: dict[int, tuple[int, int]] = {}
+        for p in chosen:
+            low, high = max(starts[p], watermarks[p][0]), watermarks[p][1]
+            if order == "newest":
+                high = min(high, bounds.get(p, high))
+            else:
+                low = max(low, bounds.get(p, low))
+            if low < high:
+                ranges[p] = (
+                    (max(low, high - limit), high) if order == "newest" else (low, min(high, low + limit))
+                )
+        records, truncated = _read(consumer, topic, ranges, timeout=timeout, max_bytes=max_bytes)
+    finally:
+        consumer.close()
+    newest = order == "newest"
+    records.sort(key=lambda r: (r.timestamp_ms or 0, r.offset, r.partition), reverse=newest)
+    shown = records[:limit]
+    following: dict[int, int] = {}
+    for p in chosen:
+        mine = [r.offset for r in shown if r.partition == p]
+        low = max(starts[p], watermarks[p][0])
+        if newest:
+            upper = min(mine) if mine else min(watermarks[p][1], bounds.get(p, watermarks[p][1]))
+            if upper > low:
+                following[p] = upper
+        else:
+            lower = max(mine) + 1 if mine else max(low, bounds.get(p, low))
+            if lower < watermarks[p][1]:
+                following[p] = lower
+    # A partition that has nothing left is left out of the cursor; with none left, there is no next page.
+    next_cursor = _cursor_text(following) if following and (shown or truncated) else ""
+    return RecordPage([_present(r, masking, owned) for r in shown], next_cursor, truncated)
+
+
+def _starts(
+    consumer: Consumer,
+    topic: str,
+    chosen: list[int],
+    watermarks: dict[int, tuple[int, int]],
+    from_offset: int | None,
+    from_time_ms: int | None,
+    timeout: float,
+) -> dict[int, int]:
+    if from_offset is not None:
+        return dict.fromkeys(chosen, from_offset)
+    if from_time_ms is None:
+        return {p: watermarks[p][0] for p in chosen}
+    found = consumer.offsets_for_times(
+        [TopicPartition(topic, p, from_time_ms) for p in chosen], timeout=timeout
+    )
+    # -1 (OFFSET_END): no record at or after the time, so nothing of that partition is in the range.
+    return {
+        tp.partition: watermarks[tp.partition][1] if tp.offset in (-1, OFFSET_END) else tp.offset
+        for tp in found
+    }
+
+
+def _read(
+    consumer: Consumer, topic: str, ranges: dict[int, tuple[int, int]], *, timeout: float, max_bytes: int
+) -> tuple[list[Record], bool]:
+    """The records of ``ranges`` ({partition: (first, end)}, end exclusive), read until every partition
+    reached its end, or ``timeout`` seconds, or about ``max_bytes``; whether it stopped early."""
+    if not ranges:
+        return [], False
+    consumer.assign([TopicPartition(topic, p, first) for p, (first, _end) in ranges.items()])
+    remaining = set(ranges)
+    records: list[Record] = []
+    fetched = 0
+    deadline = time.monotonic() + timeout
+    while remaining and time.monotonic() < deadline and fetched < max_bytes:
+        for msg in consumer.consume(num_messages=500, timeout=0.5):
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    remaining.discard(msg.partition() or 0)
+                continue
+            record = Record.from_message(msg)
+            end = ranges[record.partition][1]
+            if record.offset >= end:
+                remaining.discard(record.partition)
+                continue
+            records.append(record)
+            fetched += len(record.value or b"") + len(record.key or b"")
+            fetched += sum(len(n) + len(v or b"") for n, v in record.headers)
+            if record.offset + 1 >= end:
+                remaining.discard(record.partition)
+    return records, bool(remaining)
+
+
+def _present(record: Record, masking: services.Masking, owned: dict[str, str]) -> BrowsedRecord:
+    lineage = parse_lineage(record.header(c.H_LINEAGE))
+    return BrowsedRecord(
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        timestamp_ms=record.timestamp_ms,
+        key=presenters.payload_views(record.key, masking=masking, key=True),
+        value=presenters.payload_views(record.value, masking=masking),
+        headers=masking.header_values(record.headers),
+        lineage=LineageLink(*lineage, owned=lineage[0] in owned) if lineage else None,
+        test_by=record.header(c.H_TEST) or "",
+    )
+
+
+def read_record(pipeline: Pipeline, topic: str, partition: int, offset: int) -> Record | None:
+    """The raw record at ``topic``/``partition``/``offset`` of the pipeline's cluster, or None when it is
+    not there (removed by retention or compaction, or not written yet). For the service layer only: what a
+    user sees goes through ``browse``. Raises TopicNotFound for a topic the pipeline does not own."""
+    require_owned(pipeline, topic)
+    consumer = _browse_consumer(_connection(pipeline))
+    try:
+        records, _ = _read(
+            consumer, topic, {partition: (offset, offset + 1)}, timeout=5.0, max_bytes=READ_MAX_BYTES
+        )
+    finally:
+        consumer.close()
+    return next((r for r in records if r.offset == offset), None)
+
+
+def find_by_lineage(
+    pipeline: Pipeline, topic: str, lineage: str, *, since_ms: int, timeout: float = 5.0
+) -> Record | None:
+    """The first record of ``topic`` at or after ``since_ms`` (epoch ms) whose lineage header is
+    ``lineage`` (``topic/partition/offset`` of its source record), or None. Reads at most to the topic's
+    current end, ``timeout`` seconds and ``READ_MAX_BYTES``; raises KafkaException when the cluster does not
+    answer."""
+    consumer = _browse_consumer(_connection(pipeline))
+    try:
+        watermarks = _read_watermarks(consumer, topic, timeout)
+        if not watermarks:
+            return None
+        chosen = sorted(watermarks)
+        starts = _starts(consumer, topic, chosen, watermarks, None, since_ms, timeout)
+        ranges = {p: (starts[p], watermarks[p][1]) for p in chosen if starts[p] < watermarks[p][1]}
+        records, _ = _read(consumer, topic, ranges, timeout=timeout, max_bytes=READ_MAX_BYTES)
+    finally:
+        consumer.close()
+    return next((r for r in records if r.header(c.H_LINEAGE) == lineage), None)

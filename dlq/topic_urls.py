@@ -1,0 +1,16 @@
+"""URLs of the topic browser pages (mounted under /pipelines/<name>/)."""
+
+from django.urls import URLPattern, path
+
+from dlq import topic_views
+
+urlpatterns: list[URLPattern] = [
+    path("topics/", topic_views.topic_index, name="pipeline-topics"),
+    path("topics/<str:topic>/", topic_views.topic_page, name="pipeline-topic"),
+    path(
+        "topics/<str:topic>/records/<int:partition>/<int:offset>/",
+        topic_views.record_outcomes_page,
+        name="pipeline-record-outcomes",
+    ),
+    path("test-message/", topic_views.test_message_page, name="pipeline-test-message"),
+]
