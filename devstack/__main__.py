@@ -7,6 +7,7 @@ when everything asked for is in the asked-for state, 1 with a message on stderr 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import signal
@@ -58,9 +59,21 @@ def _status(profile: Profile) -> int:
     return 0
 
 
+#: Services that launch pipeline drivers (the Celery worker runs start tasks the beat's reconcile sends).
+DRIVER_LAUNCHERS = ("beat", "worker")
+
+
+def _interrupted(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def _demo(profile: Profile, args: argparse.Namespace) -> int:
-    """``make demo``: start every service, run ``python -m demo`` in the foreground, and on Ctrl-C (or when
-    it ends) stop the pipeline and then exactly the services this call started."""
+    """``make demo``: start every service, run ``python -m demo`` in the foreground, and on Ctrl-C or SIGTERM
+    (or when it ends) stop the pipeline and then exactly the services this call started."""
+    # Started in the background of a non-interactive shell, SIGINT arrives ignored: ask for it, and treat
+    # SIGTERM (a supervisor, `timeout`, `kill`) the same way, so the stack never outlives the demo.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupted)
     began = time.monotonic()
     already = {s.name for s in services(profile) if running_process(profile, s.name) is not None}
     started: list[Service] = []
@@ -78,9 +91,12 @@ def _demo(profile: Profile, args: argparse.Namespace) -> int:
         child = subprocess.Popen(command, cwd=REPO_ROOT, env={**os.environ, **django_env(profile)})
         return child.wait()
     except KeyboardInterrupt:
-        # The terminal sent SIGINT to the whole foreground group, the demo command too: let it stop the
-        # pipeline cleanly before the stack goes away under it.
+        # The terminal sent SIGINT to the whole foreground group, the demo command too; a SIGTERM reached
+        # only this process: tell the demo command (it stops on either, once), and let it stop the pipeline
+        # cleanly before the stack goes away under it.
         if child is not None:
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(signal.SIGTERM)
             try:
                 return child.wait(timeout=150)
             except subprocess.TimeoutExpired:
@@ -131,10 +147,16 @@ def main(argv: list[str] | None = None) -> int:
             for service in _select(profile, args.services):
                 print(start(profile, service), flush=True)
         else:
-            if not args.services:  # the whole stack: its pipelines' drivers first, or they outlive it
+            chosen = list(reversed(_select(profile, args.services, every=True)))
+            if not args.services:
+                # The whole stack: first what launches drivers (the beat restarts a pipeline whose driver
+                # exits while it is wanted running), then the drivers, or they outlive the stack.
+                for service in [s for s in chosen if s.name in DRIVER_LAUNCHERS]:
+                    print(stop(profile, service), flush=True)
                 for line in stop_pipeline_drivers(profile):
                     print(line, flush=True)
-            for service in reversed(_select(profile, args.services, every=True)):
+                chosen = [s for s in chosen if s.name not in DRIVER_LAUNCHERS]
+            for service in chosen:
                 print(stop(profile, service), flush=True)
     except (StackError, jars.JarFetchError, ValueError) as exc:
         print(f"devstack: {exc}", file=sys.stderr)

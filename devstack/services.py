@@ -161,7 +161,8 @@ def start(profile: Profile, service: Service) -> str:
 
 
 def stop(profile: Profile, service: Service) -> str:
-    """Stop the process devstack started for ``service`` (SIGTERM to its group, then SIGKILL)."""
+    """Stop the process devstack started for ``service`` (SIGTERM to its group, then SIGKILL after its
+    ``stop_timeout``). Never raises for a process that will not die: the line says so."""
     proc = running_process(profile, service.name)
     if proc is None:
         return f"{service.name}: not running"
@@ -170,14 +171,27 @@ def stop(profile: Profile, service: Service) -> str:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
         pgid = None
-    try:
-        proc.wait(timeout=service.stop_timeout)
-    except psutil.TimeoutExpired:
+    how = "stopped"
+    if not _ended(proc, service.stop_timeout):
         if pgid is not None:
-            os.killpg(pgid, signal.SIGKILL)
-        proc.wait(timeout=10)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+        how = "killed" if _ended(proc, 10) else f"still running as pid {proc.pid} after SIGKILL"
     _pid_file(profile, service.name).unlink(missing_ok=True)
-    return f"{service.name}: stopped"
+    return f"{service.name}: {how}"
+
+
+def _ended(proc: psutil.Process, timeout: float) -> bool:
+    """Whether ``proc`` exited within ``timeout`` seconds. A zombie has exited: its parent (a ``make demo``
+    that started the service) simply has not collected it yet."""
+    try:
+        proc.wait(timeout=timeout)
+        return True
+    except psutil.TimeoutExpired:
+        try:
+            return proc.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
 
 
 # ---------------------------------------------------------------------------------------------- readiness

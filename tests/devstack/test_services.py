@@ -1,13 +1,17 @@
 """devstack starts what is missing, leaves running services alone, and refuses a port someone else holds."""
 
 import socket
+import subprocess
 import sys
+import time
 from dataclasses import replace
 
+import psutil
 import pytest
 
+from devstack import __main__ as cli
 from devstack.config import PROFILES
-from devstack.services import Service, StackError, port_open, running_process, start, stop
+from devstack.services import Service, StackError, _ended, port_open, running_process, start, stop
 
 
 @pytest.fixture
@@ -136,3 +140,39 @@ def test_postgres_runs_as_an_unprivileged_user_on_its_own_port_and_serves_the_st
         stop(profile, service)
         if os.geteuid() == 0:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_zombie_left_by_a_parent_that_never_collects_it_counts_as_stopped():
+    """``make down`` crashed on the ingester a `make demo` had started: killed, it stayed a zombie of the demo
+    process (not ours to reap), and waiting for it timed out. An exited process is stopped."""
+    # sh starts a short child in the background, then becomes `sleep` (which never reaps): a zombie whose
+    # parent is alive and not us.
+    parent = subprocess.Popen(["sh", "-c", "true & exec sleep 30"])
+    try:
+        deadline = time.monotonic() + 10
+        zombie = None
+        while zombie is None and time.monotonic() < deadline:
+            children = psutil.Process(parent.pid).children()
+            if children and children[0].status() == psutil.STATUS_ZOMBIE:
+                zombie = children[0]
+            time.sleep(0.05)
+        assert zombie is not None, "no zombie child appeared"
+        assert _ended(zombie, 0.5)
+        assert not _ended(psutil.Process(parent.pid), 0.5)  # a live one is not
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_down_stops_what_launches_drivers_before_the_drivers(monkeypatch):
+    """Stopping a driver while the beat runs makes supervision start it again (seen with `make demo`): the
+    beat and the worker go first, then the drivers, then the rest."""
+    order: list[str] = []
+    monkeypatch.setattr(
+        cli, "stop", lambda profile, service: order.append(service.name) or f"{service.name}: stopped"
+    )
+    monkeypatch.setattr(cli, "stop_pipeline_drivers", lambda profile: order.append("drivers") or [])
+    assert cli.main(["--profile", "test", "down"]) == 0
+    drivers = order.index("drivers")
+    assert {"beat", "worker"} <= set(order[:drivers])
+    assert "kafka" in order[drivers:]
