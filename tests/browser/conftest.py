@@ -64,6 +64,10 @@ class AsgiServer:
             # Tasks the pages queue (bulk actions) go to a queue of this run's own: the test Redis is shared,
             # and a worker of another run must not take them. The tests read them from there.
             "STREAMFORGE_CELERY_QUEUE": self.celery_queue,
+            # The notification tests' webhook receivers listen on 127.0.0.1, which the server refuses as a
+            # target by default (SSRF guard, notifications.targets); this process is not the tests' own, so
+            # pytest's ``settings`` cannot lift it here. No browser test checks that refusal (the unit tests do).
+            "STREAMFORGE_NOTIFY_ALLOW_PRIVATE": "true",
         }
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
