@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 
 
 def alert_event(alert: Alert, *, firing: bool) -> Event:
-    """The event of an alert that fired (or changed its summary) or was resolved."""
+    """The event of an alert that fired or was resolved. One per alert and state: a firing alert whose
+    figure changes ("140 records..." -> "230 ...") is not paged again (the UI shows the new figure)."""
     pipeline = alert.pipeline
     state = "firing" if firing else "resolved"
     return Event(
@@ -86,7 +87,13 @@ def approval_event(approval: ApprovalRequest) -> Event:
         team_id=approval.team_id,
         title=f"Approval waiting: {what}",
         text=f"{requester} asks: {approval.reason[:500]}",
-        data={"approval": approval.pk, "kind": approval.kind, "requested_by": requester},
+        data={
+            "approval": approval.pk,
+            "kind": approval.kind,
+            "requested_by": requester,
+            "dead_letter": approval.dead_letter_id,
+            "bulk": approval.bulk_id,
+        },
     )
 
 

@@ -306,7 +306,10 @@ def test_a_delete_request_waiting_for_an_approver_is_notified_once(parked, opera
     body = _the_one_delivery(receiver, listeners, EventType.APPROVAL_WAITING)
     assert body["title"] == f"Approval waiting: delete of dead letter {parked[0].pk}"
     assert body["text"] == "olga asks: GDPR request 17"
-    assert body["data"] == {"approval": request.pk, "kind": ApprovalKind.DELETE, "requested_by": "olga"}
+    assert body["data"] == {
+        "approval": request.pk, "kind": ApprovalKind.DELETE, "requested_by": "olga",
+        "dead_letter": parked[0].pk, "bulk": None,
+    }  # fmt: skip
 
 
 def test_a_bulk_delete_waiting_for_an_approver_is_notified_once(
@@ -325,7 +328,10 @@ def test_a_bulk_delete_waiting_for_an_approver_is_notified_once(
     body = _the_one_delivery(receiver, listeners, EventType.APPROVAL_WAITING)
     assert body["title"] == f"Approval waiting: bulk action {bulk.pk}"
     assert body["text"] == "olga asks: bulk delete of 2 messages: purge"
-    assert body["data"] == {"approval": approval.pk, "kind": ApprovalKind.BULK, "requested_by": "olga"}
+    assert body["data"] == {
+        "approval": approval.pk, "kind": ApprovalKind.BULK, "requested_by": "olga",
+        "dead_letter": None, "bulk": bulk.pk,
+    }  # fmt: skip
 
 
 def test_a_bulk_action_run_to_completion_is_notified_once(parked, operator, listen, receiver, monkeypatch):
