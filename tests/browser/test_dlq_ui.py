@@ -31,6 +31,7 @@ from dlq import services
 from dlq.ingest import TopicOwner, store_batch
 from dlq.models import BulkAction, DeadLetter, FailureGroup, GroupHourlyCount, Replay, Status
 from pipelines.services import create_pipeline
+from streamforge_core import contract as c
 from streamforge_core.kafka import Record
 from tests.browser.conftest import in_thread, screenshot
 from tests.dlq.conftest import EVENTS, dlq_headers, github_spec, missing_size_push
@@ -550,3 +551,46 @@ def test_a_group_offers_replay_and_delete_of_all_and_the_delete_says_how_long_ka
         )
     finally:
         kafka_admin.delete_topics([dlq_topic])[dlq_topic].result(timeout=30)
+
+
+def test_a_source_records_dead_letters_are_shown_together_and_fixed_and_replayed_as_one(
+    open_page, people, pipeline, bad_push, kafka_bootstrap
+):
+    """#18 item 1: a push without a size failed two destinations: its page names the sibling, and one fix
+    with "Fix and replay all together" replays both, each for its own destination only, so neither
+    destination can receive the record twice."""
+    pushes, prs = store(
+        pipeline,
+        [(b"repo-9", bad_push, "JsonPathNotFound", "path /payload/size not found") for _ in range(2)],
+    )
+    DeadLetter.objects.filter(pk=prs.pk).update(
+        source_offset=pushes.source_offset, destination="pull-requests"
+    )
+    in_thread(
+        lambda: services.fix_payload(
+            actor=people["operator"],
+            dead_letter=pushes,
+            value=json.dumps(fixed(bad_push, 1)).encode(),
+            reason="size from the commit count",
+        )
+    )
+    page = open_page(people["operator"])
+    page.goto(f"/dlq/messages/{pushes.pk}/")
+    siblings = page.get_by_test_id("siblings")
+    expect(siblings).to_contain_text(f"pull-requests (#{prs.pk}, JsonPathNotFound, parked)")
+    siblings.get_by_test_id("replay-with-siblings").click()
+    dialog = page.locator("dialog[open]")
+    expect(dialog).to_contain_text("every destination receives the source record once")
+    page.get_by_test_id("confirm-reason").fill("relay fixed: both destinations")
+    page.get_by_test_id("confirm-submit").click()
+    expect(page.get_by_test_id("flash")).to_contain_text(
+        f"Replayed #{pushes.pk} (pushes), #{prs.pk} (pull-requests)"
+    )
+    expect(page.get_by_test_id("message-head").locator('[data-field="status"]')).to_have_text("replayed")
+    screenshot(page, "dlq-siblings-replayed")
+    sent = consume_all(kafka_bootstrap, pipeline.current_revision.spec["source"]["topics"][0])
+    assert sorted(r.header(c.H_REPLAY_DESTINATIONS) for r in sent) == ["pull-requests", "pushes"]
+    assert all(json.loads(r.value)["payload"]["size"] == 1 for r in sent)
+    assert set(DeadLetter.objects.filter(pk__in=[pushes.pk, prs.pk]).values_list("status", flat=True)) == {
+        Status.REPLAYED
+    }
