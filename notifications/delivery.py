@@ -30,8 +30,7 @@ SIGNATURE_HEADER = "X-StreamForge-Signature"
 TIMESTAMP_HEADER = "X-StreamForge-Timestamp"
 #: Characters of a receiver's answer kept on the attempt row.
 EXCERPT_CHARS = 500
-#: Backoff: the first retry after this many seconds, doubling per attempt up to ``BACKOFF_CAP``.
-BACKOFF_BASE = 5.0
+#: Longest wait between two attempts (seconds); the first wait is ``settings.NOTIFY_BACKOFF_SECONDS``.
 BACKOFF_CAP = 3600.0
 
 
@@ -42,9 +41,10 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
 
 
 def backoff_seconds(attempt: int, *, jitter: bool = True) -> float:
-    """Seconds to wait after failed attempt number ``attempt`` (1-based): 5, 10, 20 ... up to an hour,
-    plus up to 10 % random jitter so a receiver coming back is not hit by every retry at once."""
-    delay: float = min(BACKOFF_BASE * 2.0 ** (attempt - 1), BACKOFF_CAP)
+    """Seconds to wait after failed attempt number ``attempt`` (1-based): ``NOTIFY_BACKOFF_SECONDS`` (5 by
+    default), doubling per attempt (5, 10, 20 ...) up to an hour, plus up to 10 % random jitter so a receiver
+    coming back is not hit by every retry at once."""
+    delay: float = min(settings.NOTIFY_BACKOFF_SECONDS * 2.0 ** (attempt - 1), BACKOFF_CAP)
     return delay * (1 + random.random() / 10) if jitter else delay  # noqa: S311 (not cryptographic)
 
 

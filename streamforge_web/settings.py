@@ -20,6 +20,7 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | STREAMFORGE_NOTIFY_KEY | derived from DJANGO_SECRET_KEY | key (32+ characters) that encrypts notification channels' secrets at rest (webhook signing secrets, Slack webhook URLs); set it so the secret key can be rotated alone |
 | STREAMFORGE_NOTIFY_DIGEST_SECONDS | 60 | after a notification, further events of its type for the same channel within this window are sent as one digest |
 | STREAMFORGE_NOTIFY_MAX_ATTEMPTS | 6 | delivery attempts of one notification (exponential backoff between them) before it is marked failed |
+| STREAMFORGE_NOTIFY_BACKOFF_SECONDS | 5 | wait before a failed delivery's first retry; it doubles per attempt (with up to 10 % jitter), at most an hour |
 | STREAMFORGE_NOTIFY_TIMEOUT | 10 | seconds a webhook or mail server may take to answer one delivery |
 | STREAMFORGE_NOTIFY_ALLOW_PRIVATE | false | let webhook and Slack URLs point at loopback, private and link-local addresses (refused by default: a team admin could otherwise make the server reach the internal network) |
 | EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS, DEFAULT_FROM_EMAIL | localhost, 25, -, -, false, streamforge@localhost | the mail server e-mail notifications go through |
@@ -95,6 +96,7 @@ AUDIT_KEY = env_str("STREAMFORGE_AUDIT_KEY", None if not DEBUG else "") or _debu
 NOTIFY_KEY = env_str("STREAMFORGE_NOTIFY_KEY", "") or f"derived-from-secret-key:{SECRET_KEY}"
 NOTIFY_DIGEST_SECONDS = env_int("STREAMFORGE_NOTIFY_DIGEST_SECONDS", 60, minimum=1)
 NOTIFY_MAX_ATTEMPTS = env_int("STREAMFORGE_NOTIFY_MAX_ATTEMPTS", 6, minimum=1)
+NOTIFY_BACKOFF_SECONDS = env_int("STREAMFORGE_NOTIFY_BACKOFF_SECONDS", 5, minimum=1)
 NOTIFY_TIMEOUT_SECONDS = env_int("STREAMFORGE_NOTIFY_TIMEOUT", 10, minimum=1)
 NOTIFY_ALLOW_PRIVATE_TARGETS = env_bool("STREAMFORGE_NOTIFY_ALLOW_PRIVATE", False)
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")

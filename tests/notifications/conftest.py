@@ -1,22 +1,42 @@
 """Real receivers for notification tests: an HTTP server in a thread that checks the webhook signature and
-counts requests, and an SMTP server (aiosmtpd) that keeps the mail it receives."""
+counts requests, an SMTP server (aiosmtpd) that keeps the mail it receives, and a Celery worker process that
+delivers what the test's code queues."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from aiosmtpd.controller import Controller
+from django.conf import settings as django_settings
 
-from notifications import delivery, dispatch
+from access.models import Role
+from notifications import channels, delivery, dispatch
+from notifications.models import Channel
+from streamforge_core.kafka import Record
+from streamforge_web.celery import app as celery_app
+from streamforge_web.tasks import ping
+from tests.database import child_database_url
+from tests.dlq.conftest import dlq_headers
+from tests.factories import MembershipFactory, TeamFactory, UserFactory
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -24,6 +44,51 @@ def local_receivers_allowed(settings):
     """The receivers these tests start listen on 127.0.0.1, which the server refuses by default
     (``notifications.targets``); the test about that refusal turns it back off."""
     settings.NOTIFY_ALLOW_PRIVATE_TARGETS = True
+
+
+GROUP = "failure_group.created"
+
+
+@pytest.fixture
+def team():
+    return TeamFactory(name="notify-team")
+
+
+@pytest.fixture
+def manager(team):
+    return MembershipFactory(team=team, role=Role.OPERATOR, manages_team=True, user=UserFactory()).user
+
+
+def webhook_channel(manager, team, receiver, events=(GROUP,)) -> Channel:
+    """A webhook channel of ``team`` to ``receiver`` (which then checks its signature), made by ``manager``."""
+    created = channels.create_channel(
+        actor=manager, team=team, name="hook", kind="webhook", events=list(events), url=receiver.url
+    )
+    receiver.signing_secret = created.signing_secret
+    return created.channel
+
+
+def failure_records(pipeline, count: int, *, start: int = 0, distinct: bool = True) -> list[Record]:
+    """``count`` dead letters of ``pipeline`` as the DLQ ingester reads them (offsets from ``start``), each its
+    own failure group when ``distinct``, else all in one."""
+    topic = pipeline.current_revision.spec["dlq"]["topic"]
+    return [
+        Record(
+            topic=topic,
+            partition=0,
+            offset=i,
+            key=b"k",
+            value=b"{}",
+            headers=dlq_headers(
+                pipeline,
+                error_type=f"Broken{i}" if distinct else "JsonPathNotFound",
+                message="path /payload/size not found",
+                source_offset=i,
+            ),
+            timestamp_ms=int(time.time() * 1000),
+        )
+        for i in range(start, start + count)
+    ]
 
 
 @dataclass
@@ -118,3 +183,65 @@ def inline_delivery(monkeypatch) -> list[int]:
     monkeypatch.setattr(dispatch, "enqueue_delivery", deliver)
     monkeypatch.setattr(dispatch, "enqueue_flush", lambda channel_id, event_type, countdown: None)
     return queued
+
+
+@dataclass
+class WorkerProcess:
+    """A Celery worker started as its own process (``celery -A streamforge_web worker``) on this run's own
+    queue of the test Redis, opening the test database; ``settings`` are the NOTIFY_* values it runs with."""
+
+    queue: str
+    log_path: Path
+    settings: dict[str, str]
+
+
+@pytest.fixture
+def worker_process(transactional_db, tmp_path, settings, monkeypatch, smtp) -> Iterator[WorkerProcess]:
+    """A real worker taking the tasks this test's code queues (deliveries, digest flushes) from Redis.
+
+    The queue is the test's own (the test Redis is shared), set for the test process's Celery app too. The
+    worker's notification settings match the test process's: private targets allowed (the receivers listen on
+    127.0.0.1), a 1 s first backoff and 4 attempts (so a failing receiver settles in seconds), a 15 s digest
+    window (a storm of 1,000 is stored well within it), mail through the ``smtp`` fixture's server, and the
+    same sealing key. Ready once it has answered a ``streamforge.ping`` task; stopped (TERM, then KILL) after
+    the test."""
+    queue = f"notify-tests-{uuid.uuid4().hex[:12]}"
+    notify = {
+        "STREAMFORGE_NOTIFY_ALLOW_PRIVATE": "true",
+        "STREAMFORGE_NOTIFY_BACKOFF_SECONDS": "1",
+        "STREAMFORGE_NOTIFY_MAX_ATTEMPTS": "4",
+        "STREAMFORGE_NOTIFY_DIGEST_SECONDS": "15",
+    }
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = True
+    settings.NOTIFY_BACKOFF_SECONDS, settings.NOTIFY_MAX_ATTEMPTS, settings.NOTIFY_DIGEST_SECONDS = 1, 4, 15
+    monkeypatch.setitem(celery_app.conf, "task_default_queue", queue)
+    env = {
+        **os.environ,
+        **notify,
+        "DATABASE_URL": child_database_url(),
+        "STREAMFORGE_CELERY_QUEUE": queue,
+        "STREAMFORGE_NOTIFY_KEY": settings.NOTIFY_KEY,
+        "EMAIL_HOST": settings.EMAIL_HOST,
+        "EMAIL_PORT": str(settings.EMAIL_PORT),
+    }
+    log_path = tmp_path / "worker.log"
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "streamforge_web", "worker", "--pool", "solo",
+             "--queues", queue, "--without-gossip", "--without-mingle", "--loglevel", "INFO"],
+            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        try:
+            ping.apply_async(queue=queue).get(timeout=60)
+        except Exception as error:
+            raise AssertionError(f"the worker did not answer a ping within 60 s; see {log_path}") from error
+        yield WorkerProcess(queue=queue, log_path=log_path, settings=notify)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+        redis.Redis.from_url(django_settings.REDIS_URL).delete(queue)

@@ -22,57 +22,16 @@ from notifications import channels, delivery, dispatch, targets
 from notifications.dispatch import Event
 from notifications.models import Channel, DeliveryAttempt, Notification, NotificationState
 from pipelines.services import create_pipeline
-from streamforge_core.kafka import Record
-from tests.dlq.conftest import dlq_headers, github_spec
-from tests.factories import MembershipFactory, TeamFactory, UserFactory, member
-
-GROUP = "failure_group.created"
-
-
-@pytest.fixture
-def team():
-    return TeamFactory(name="notify-team")
-
-
-@pytest.fixture
-def manager(team):
-    return MembershipFactory(team=team, role=Role.OPERATOR, manages_team=True, user=UserFactory()).user
-
-
-def _webhook(manager, team, receiver, events=(GROUP,)) -> Channel:
-    created = channels.create_channel(
-        actor=manager, team=team, name="hook", kind="webhook", events=list(events), url=receiver.url
-    )
-    receiver.signing_secret = created.signing_secret
-    return created.channel
-
-
-def _records(pipeline, count: int, *, start: int = 0, distinct: bool = True) -> list[Record]:
-    topic = pipeline.current_revision.spec["dlq"]["topic"]
-    return [
-        Record(
-            topic=topic,
-            partition=0,
-            offset=i,
-            key=b"k",
-            value=b"{}",
-            headers=dlq_headers(
-                pipeline,
-                error_type=f"Broken{i}" if distinct else "JsonPathNotFound",
-                message="path /payload/size not found",
-                source_offset=i,
-            ),
-            timestamp_ms=int(time.time() * 1000),
-        )
-        for i in range(start, start + count)
-    ]
+from tests.dlq.conftest import github_spec
+from tests.factories import TeamFactory, member
+from tests.notifications.conftest import GROUP, failure_records, webhook_channel
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_new_failure_group_sends_one_signed_webhook_and_one_email_within_10_seconds(
     team, manager, receiver, smtp, inline_delivery
 ):
-    _webhook(manager, team, receiver)
+    webhook_channel(manager, team, receiver)
     channels.create_channel(
         actor=manager, team=team, name="mail", kind="email", events=[GROUP], recipients=["oncall@example.com"]
     )
@@ -85,7 +44,7 @@ def test_a_new_failure_group_sends_one_signed_webhook_and_one_email_within_10_se
     owners = {pipeline.current_revision.spec["dlq"]["topic"]: TopicOwner(team.pk, pipeline.pk, pipeline.name)}
     started = time.monotonic()
 
-    store_batch(_records(pipeline, 3, distinct=False), owners)
+    store_batch(failure_records(pipeline, 3, distinct=False), owners)
 
     deadline = started + 10
     while (len(receiver.requests) < 1 or len(smtp.messages) < 1) and time.monotonic() < deadline:
@@ -103,7 +62,7 @@ def test_a_new_failure_group_sends_one_signed_webhook_and_one_email_within_10_se
 def test_a_thousand_dead_letters_in_a_minute_send_one_notification_and_one_digest(
     team, manager, receiver, inline_delivery
 ):
-    _webhook(manager, team, receiver)
+    webhook_channel(manager, team, receiver)
     pipeline = create_pipeline(
         actor=member(team, Role.ADMIN),
         name="storm-pipe",
@@ -113,7 +72,7 @@ def test_a_thousand_dead_letters_in_a_minute_send_one_notification_and_one_diges
     owners = {pipeline.current_revision.spec["dlq"]["topic"]: TopicOwner(team.pk, pipeline.pk, pipeline.name)}
 
     for start in range(0, 1000, 250):
-        store_batch(_records(pipeline, 250, start=start), owners)  # 1,000 new failure groups
+        store_batch(failure_records(pipeline, 250, start=start), owners)  # 1,000 new failure groups
 
     assert len(receiver.requests) == 1
     assert Notification.objects.filter(state=NotificationState.FOLDED).count() == 999
@@ -130,7 +89,7 @@ def test_a_thousand_dead_letters_in_a_minute_send_one_notification_and_one_diges
 
 @pytest.mark.django_db(transaction=True)
 def test_the_same_event_is_sent_once_to_a_channel(team, manager, receiver, inline_delivery):
-    _webhook(manager, team, receiver)
+    webhook_channel(manager, team, receiver)
     event = Event(type=GROUP, key="failure_group:42", team_id=team.pk, title="t", text="x")
 
     dispatch.publish(event)
@@ -173,7 +132,7 @@ def test_only_managers_change_channels_and_other_teams_see_nothing(team, manager
     viewer = member(team, Role.VIEWER)
     operator = member(team, Role.OPERATOR)
     stranger = member(TeamFactory(name="other-team"), Role.APPROVER)
-    channel = _webhook(manager, team, receiver)
+    channel = webhook_channel(manager, team, receiver)
     as_viewer, as_operator, as_stranger = Client(), Client(), Client()
     as_viewer.force_login(viewer)
     as_operator.force_login(operator)
@@ -283,7 +242,7 @@ def test_a_webhook_may_not_point_at_the_internal_network(team, manager, receiver
         assert "internal address" in answer.json()["url"][0]
     # Saved while allowed, then the installation forbids it: the delivery is refused before connecting.
     settings.NOTIFY_ALLOW_PRIVATE_TARGETS = True
-    channel = _webhook(manager, team, receiver)
+    channel = webhook_channel(manager, team, receiver)
     settings.NOTIFY_ALLOW_PRIVATE_TARGETS = False
     attempt = channels.send_test(actor=manager, channel=channel)
     assert attempt.status_code is None
