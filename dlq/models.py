@@ -162,7 +162,7 @@ class DeadLetter(models.Model):
     value = models.BinaryField(null=True, blank=True)
     headers = models.JSONField(default=list)
     value_size = models.PositiveIntegerField(default=0)
-    key_text = models.CharField(max_length=200, blank=True, db_index=True, help_text="searchable key prefix")
+    key_text = models.CharField(max_length=200, blank=True, help_text="searchable key prefix")
     # the failure
     convention = models.CharField(max_length=16)
     error_type = models.CharField(max_length=128)
@@ -175,7 +175,12 @@ class DeadLetter(models.Model):
     first_failed_at = models.DateTimeField()
     last_failed_at = models.DateTimeField()
     replay_of = models.ForeignKey(
-        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="later_failures"
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="later_failures",
+        db_index=False,  # the partial index below: most dead letters are no replay's failure
     )
     # the console's work
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PARKED)
@@ -203,6 +208,9 @@ class DeadLetter(models.Model):
         # The list is keyset-paginated on id (newest first) and usually filtered by one field: an index
         # (field, id) serves the filter and the order together, and further filters (status, time) are
         # checked along that index. (field, status, id) would need the status too, or a sort of every match.
+        # Every status change rewrites the row and adds an entry to each index that takes the new version
+        # (``status`` is indexed, so no update is HOT): a bulk replay changes each row twice, so an index
+        # that only some rows need is partial, and no column has two.
         indexes = [
             models.Index(fields=["team", "id"], name="dl_team_id"),
             models.Index(fields=["pipeline_name", "id"], name="dl_pname_id"),
@@ -211,7 +219,18 @@ class DeadLetter(models.Model):
             models.Index(fields=["status", "id"], name="dl_status_id"),
             models.Index(fields=["dlq_topic", "id"], name="dl_topic_id"),
             models.Index(fields=["last_failed_at", "id"], name="dl_failed_at_id"),
-            models.Index(fields=["status", "status_changed_at"], name="dl_status_changed"),
+            # Retention's "closed N days ago" (``retention.CLOSED``); parked and replaying rows are not in it.
+            models.Index(
+                fields=["status", "status_changed_at"],
+                condition=models.Q(status__in=[Status.REPLAYED, Status.SKIPPED]),
+                name="dl_closed_changed",
+            ),
+            # The search's key prefix: LIKE 'prefix%' on PostgreSQL (pattern ops also serve =); on SQLite the
+            # operator class is ignored and the plain index serves its range (``filters._search``).
+            models.Index(fields=["key_text"], opclasses=["varchar_pattern_ops"], name="dl_key_prefix"),
+            models.Index(
+                fields=["replay_of"], condition=models.Q(replay_of__isnull=False), name="dl_replay_of"
+            ),
             # A source record's dead letters, one per destination it failed (the message page's siblings);
             # its leading column also serves SET_NULL when a pipeline goes.
             models.Index(fields=["pipeline", "source_offset", "source_partition"], name="dl_pipeline_source"),
@@ -298,7 +317,12 @@ class Replay(models.Model):
     replay_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     dead_letter = models.ForeignKey(DeadLetter, on_delete=models.CASCADE, related_name="replays")
     payload_revision = models.ForeignKey(
-        PayloadRevision, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        PayloadRevision,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,  # the partial index below: most replays send the dead letter's own payload
     )
     bulk = models.ForeignKey("BulkAction", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     target_topic = models.CharField(max_length=249)
@@ -327,7 +351,20 @@ class Replay(models.Model):
                 name="one_replay_per_idempotency_key",
             )
         ]
-        indexes = [models.Index(fields=["state", "requested_at"], name="replay_state_time")]
+        # Partial, so that recording an answer (PENDING -> PRODUCED rewrites the row) adds no entry to them:
+        # only pending attempts are looked up by time (``replays.resolve_in_doubt``).
+        indexes = [
+            models.Index(
+                fields=["requested_at"],
+                condition=models.Q(state=ReplayState.PENDING),
+                name="replay_pending_time",
+            ),
+            models.Index(
+                fields=["payload_revision"],
+                condition=models.Q(payload_revision__isnull=False),
+                name="replay_revision",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"replay {self.replay_id} of {self.dead_letter}"
