@@ -63,6 +63,7 @@ __all__ = [
     "compile_transform",
     "destination_stages",
     "json_path",
+    "lenient_parse_stages",
     "parse_stages",
     "parsed_value",
     "stage_destinations",
@@ -170,10 +171,14 @@ def parsed_value(source: SourceColumns) -> tuple[Column, Column]:
     return _parse_value(wrapped, escaped, parsed, error), error
 
 
-def parse_stages(source: SourceColumns) -> list[list[Column]]:
+def parse_stages(source: SourceColumns, *, exact: bool = True) -> list[list[Column]]:
     """The deserialization as projections to add to the row one after the other; the last two add
     ``__de`` (the deserialization error message, or null) and ``__v`` (the value VARIANT, a variant null
     where ``__de`` is set).
+
+    ``exact=False`` (:func:`lenient_parse_stages`) leaves the strict checks to whoever reads the rows:
+    the micro-batch writer, which runs the evaluator's own decoder on each value
+    (``pipelines.spark.writer.deserialization_error``).
 
     Before them: ``__pe`` (the text holds a ``\\u`` escape), then ``__pw`` (the fast-path parse, only
     without escapes) and ``__pp`` (the exact-path parse, only with escapes). Written as one expression
@@ -182,6 +187,8 @@ def parse_stages(source: SourceColumns) -> list[list[Column]]:
     branches): about 3x the cost of parsing once. Spark's CollapseProject does not merge a projection
     whose non-trivial columns the next one reads several times, so each stage runs once per row.
     """
+    if not exact:
+        return lenient_parse_stages(source)
     escaped, wrapped, parsed = F.col("__pe"), F.col("__pw"), F.col("__pp")
     return [
         [_has_escape(source).alias("__pe")],
@@ -191,6 +198,30 @@ def parse_stages(source: SourceColumns) -> list[list[Column]]:
         ],
         [_parse_error(source, wrapped, escaped, parsed).alias("__de")],
         [_parse_value(wrapped, escaped, parsed, F.col("__de")).alias("__v")],
+    ]
+
+
+def lenient_parse_stages(source: SourceColumns) -> list[list[Column]]:
+    """Spark's own parse, without the checks that make it refuse exactly what Python refuses: ``__pp`` (the
+    parse), then ``__de`` (set for a tombstone, an empty value, or a text Spark cannot parse at all) and
+    ``__v``. Spark accepts more than the evaluator (content after the first value, ``1e400`` as Infinity,
+    lone ``\\uD800`` escapes, invalid UTF-8 replaced), never less (``tests/pipelines/dsl``): where both
+    accept, the value is the one the exact stages give, so the plan computed on it is right, and what only
+    Spark accepts is refused afterwards by the writer with the evaluator's own reason. About 30 of the JVM's
+    ~74 CPU µs per record were these checks (bench/FINDINGS.md §7); the evaluator's decoder costs ~5 µs in a
+    Python worker.
+    """
+    raw = source.value
+    parsed = F.col("__pp")
+    return [
+        [F.try_parse_json(raw.cast("string")).alias("__pp")],
+        [
+            F.when(raw.isNull(), F.lit("record has no value (tombstone)"))
+            .when(F.length(raw) == 0, F.lit("record value is empty"))
+            .when(parsed.isNull(), F.lit("invalid JSON"))
+            .alias("__de"),
+            F.coalesce(parsed, _variant_null_sql()).alias("__v"),
+        ],
     ]
 
 
@@ -1659,12 +1690,14 @@ def stage_destinations(
     source: SourceColumns,
     now_ms: Column,
     store_factory: Callable[[], KeyValueStore] | None = None,
+    exact_deserialization: bool = True,
 ) -> tuple[DataFrame, list[CompiledDestination]]:
     """Add to ``frame`` (Kafka source schema) the parsed value (``__v``, ``__de``) and every destination's
     intermediate stages; return the frame and, per destination, the final columns to select from it.
 
     This is the plan the driver runs (see :class:`DestinationStages`); tests use it too, so what is
-    property-tested against the evaluator is what runs in pipelines.
+    property-tested against the evaluator is what runs in pipelines. ``exact_deserialization=False``: see
+    :func:`lenient_parse_stages` (the rows then need the writer's check before they are final).
     """
     value_col, error_col = F.col("__v"), F.col("__de")
     staged = [
@@ -1680,7 +1713,7 @@ def stage_destinations(
         )
         for i, (dest, handling) in enumerate(destinations)
     ]
-    for stage in parse_stages(source):
+    for stage in parse_stages(source, exact=exact_deserialization):
         frame = frame.select("*", *stage)
     frame = frame.select("*", *(c for stage in staged for c in stage.first))
     frame = frame.select("*", *(c for stage in staged for c in stage.second))

@@ -106,9 +106,13 @@ def topic_limits(admin: AdminClient, topics: list[str]) -> dict[str, int]:
     return limits
 
 
-def enrich(source: DataFrame, spec: PipelineSpec) -> DataFrame:
+def enrich(source: DataFrame, spec: PipelineSpec, *, exact_deserialization: bool = False) -> DataFrame:
     """The source rows plus, for each destination i, its compiled outcome columns o/v/k/h/t/e/m{i} and the
     record-level ``deser_error`` (see ``pipelines.spark.writer.BatchWriter``). Pure Spark expressions.
+
+    By default the value is parsed leniently (``pipelines.dsl.spark.lenient_parse_stages``) and the writer
+    refuses what the evaluator refuses (``WriterConfig.check_deserialization``); ``exact_deserialization``
+    makes the plan's own ``deser_error`` exact, for rows no writer checks.
 
     Built in projections so the plan stays linear in the size of the spec and fully code-generated: the value
     is parsed once into ``__v`` (every DSL expression refers to that column instead of embedding the parse),
@@ -122,6 +126,7 @@ def enrich(source: DataFrame, spec: PipelineSpec) -> DataFrame:
         [(dest.compiled(), spec.error_handling) for dest in spec.destinations],
         source=SourceColumns.kafka(),
         now_ms=F.unix_millis(F.current_timestamp()),
+        exact_deserialization=exact_deserialization,
     )
     selected: list[Column] = [
         F.col("topic"),

@@ -13,7 +13,11 @@ cannot write transactionally. Here each record gets its own delivery report:
   dead-lettered as ``RetryExhausted``;
 * a DLQ write that still fails after ``max_dlq_retries`` raises PipelineHalt(DeadLetterQueue): the task
   fails, so the batch fails, so Spark commits nothing for it;
-* a destination topic that does not exist or may not be written is a ``Config`` halt.
+* a destination topic that does not exist or may not be written is a ``Config`` halt;
+* every value is decoded once more here with the evaluator's own strict decoder
+  (``deserialization_error``): the plan parses with Spark's laxer parser (``lenient_parse_stages``) and a
+  value only Spark accepts is dead-lettered as ``MessageDeserialization`` for every destination, with the
+  evaluator's reason, whatever the plan computed for it.
 
 A replayed record that names its destinations (``x-streamforge-replay-destinations``, set by the console when
 it replays a dead letter of one destination) is produced or dead-lettered only for those; every other
@@ -46,6 +50,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from pipelines.dsl.errors import EvaluationError
+from pipelines.dsl.evaluate import decode_value
 from pipelines.spec import RetryPolicy
 from streamforge_core import contract as c
 from streamforge_core.kafka import (
@@ -113,6 +119,22 @@ class WriterConfig:
     producer_config: dict[str, Any] = field(default_factory=dict)
     batch_id: int = -1
     query_id: str = ""
+    #: Decode every value with the evaluator's decoder (the plan used Spark's lenient parse); False only for
+    #: a plan whose ``deser_error`` is already exact (``parse_stages(exact=True)``).
+    check_deserialization: bool = True
+
+
+def deserialization_error(value: bytes | None, plan_error: str | None) -> str | None:
+    """Why a record value is not one JSON document as the evaluator decodes it (``evaluate.decode_value``:
+    strict UTF-8 and strict JSON, DSL.md "Errors"), or None when it is. ``plan_error`` is what the Spark
+    plan's lenient parse said (``lenient_parse_stages``: set only when Spark could not parse it at all); a
+    value the evaluator accepts but Spark did not keeps the plan's reason, since the plan computed nothing
+    for it. Costs about 5 µs for a 1 KB value."""
+    try:
+        decode_value(value)
+    except EvaluationError as exc:
+        return exc.message
+    return plan_error
 
 
 class _Pending:
@@ -369,14 +391,10 @@ class BatchWriter:
         self.records += batch.num_rows
         self.max_offset = max(self.max_offset, offsets[batch.num_rows - 1].as_py())
         topic, partition = self.topic, self.partition
-        deser = batch.column("deser_error")
-        bad_rows = (
-            pc.indices_nonzero(pc.is_valid(deser)).to_pylist() if deser.null_count < batch.num_rows else []
-        )
+        undecodable = self._undecodable(batch)
         names = [dest.name for dest in config.destinations]
         restricted = replay_restrictions(batch.column("headers"), names, config.dlq_topic)
-        for j in bad_rows:  # counted per destination below, dead-lettered once for all of them here
-            message = deser[j].as_py()
+        for j, message in undecodable.items():  # counted per destination below, dead-lettered once here
             # A replay for some destinations that fails to decode fails for those only.
             only = restricted.get(j)
             dest_name = ",".join(n for n in names if n in only) if only is not None else c.ALL_DESTINATIONS
@@ -391,13 +409,15 @@ class BatchWriter:
             produced = pc.indices_nonzero(pc.equal(outcome, "produced"))
             dead = pc.indices_nonzero(pc.equal(outcome, "dead_lettered")).to_pylist()
             skipped = {j for j, only in restricted.items() if dest.name not in only}
-            if skipped:  # replays for other destinations: neither produced nor dead-lettered here
-                produced = pa.array([j for j in produced.to_pylist() if j not in skipped], pa.uint64())
-                dead = [j for j in dead if j not in skipped]
-            dead_count = len(dead)  # decode failures included: they fail every destination
-            dead = [
-                j for j in dead if not deser[j].is_valid
-            ]  # already dead-lettered once for every destination
+            if skipped or undecodable:  # replays for other destinations: neither produced nor dead-lettered
+                produced = pa.array(
+                    [j for j in produced.to_pylist() if j not in skipped and j not in undecodable],
+                    pa.uint64(),
+                )
+            # An undecodable value fails every destination, whatever the lenient plan made of it; it was
+            # dead-lettered once for all of them above.
+            dead = [j for j in dead if j not in skipped and j not in undecodable]
+            dead_count = len(dead) + sum(1 for j in undecodable if j not in skipped)
             self.counts[f"dest:{dest.name}:produced"] += len(produced)
             self.counts[f"dest:{dest.name}:dead_lettered"] += dead_count
             self.counts[f"dest:{dest.name}:replay_skipped"] += len(skipped)
@@ -435,6 +455,24 @@ class BatchWriter:
                     self.producer.poll(0)  # type: ignore[union-attr]
         if self.producer is not None:
             self.producer.poll(0)
+
+    def _undecodable(self, batch: pa.RecordBatch) -> dict[int, str]:
+        """Row -> reason, for the rows whose value is not one JSON document (``deserialization_error``);
+        only the plan's own ``deser_error`` when ``check_deserialization`` is off."""
+        plan_errors = batch.column("deser_error")
+        if not self.config.check_deserialization:
+            if plan_errors.null_count == batch.num_rows:
+                return {}
+            rows = pc.indices_nonzero(pc.is_valid(plan_errors)).to_pylist()
+            return {j: plan_errors[j].as_py() for j in rows}
+        found = {}
+        for j, (value, plan_error) in enumerate(
+            zip(batch.column("value").to_pylist(), plan_errors.to_pylist(), strict=True)
+        ):
+            message = deserialization_error(value, plan_error)
+            if message is not None:
+                found[j] = message
+        return found
 
     def _too_large(self, row: int, dest_index: int, size: int) -> None:
         dest = self.config.destinations[dest_index]

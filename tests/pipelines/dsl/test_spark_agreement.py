@@ -8,6 +8,7 @@ per example.
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Literal
 
 import pytest
@@ -22,6 +23,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.dsl.spark import SourceColumns, stage_destinations
+from pipelines.spark import writer
 from tests.pipelines.dsl.test_spark_compile import (
     NOW_MS,
     destination,
@@ -240,9 +242,13 @@ TIMESTAMPS = st.one_of(
 # ---- running ------------------------------------------------------------------------------
 
 
-def assert_agreement(spark: SparkSession, dest, batch: list[ev.Message], handlings) -> None:
+def assert_agreement(
+    spark: SparkSession, dest, batch: list[ev.Message], handlings, *, lenient: bool = False
+) -> None:
     """Compile ``dest`` (one destination, or a list zipped with ``handlings``) under each handling in
-    ONE query over ``batch``; compare with the evaluator."""
+    ONE query over ``batch``; compare with the evaluator. ``lenient``: the plan the micro-batch driver runs
+    (Spark's lenient parse) followed by the writer's strict decoder (``writer.deserialization_error``), which
+    dead-letters an undecodable value for every destination whatever the plan made of it."""
     dests = dest if isinstance(dest, list) else [dest] * len(handlings)
     source = SourceColumns.kafka()
     frame, finals = stage_destinations(
@@ -250,6 +256,7 @@ def assert_agreement(spark: SparkSession, dest, batch: list[ev.Message], handlin
         list(zip(dests, handlings, strict=True)),
         source=source,
         now_ms=F.lit(NOW_MS),
+        exact_deserialization=not lenient,
     )
     columns = [
         F.struct(
@@ -263,11 +270,15 @@ def assert_agreement(spark: SparkSession, dest, batch: list[ev.Message], handlin
         ).alias(f"c{i}")
         for i, out in enumerate(finals)
     ]
-    rows = frame.select(*columns).collect()
+    rows = frame.select(*columns, F.col("__de")).collect()
     problems = []
     for message, row in zip(batch, rows, strict=True):
+        undecodable = writer.deserialization_error(message.value, row["__de"]) if lenient else None
         for i, handling in enumerate(handlings):
             got = row[f"c{i}"]
+            if undecodable is not None:
+                got = got.asDict() | {"o": "dead_lettered", "t": "MessageDeserialization", "m": undecodable}
+                got = SimpleNamespace(**got)
             outcome = ev.Outcome(
                 kind=got.o,
                 value=None if got.v is None else bytes(got.v),
@@ -300,6 +311,7 @@ def test_every_transform_form_agrees_with_the_evaluator_in_every_error_mode(spar
     @given(expression=transforms(), batch=messages())
     def check(expression, batch):
         assert_agreement(spark, destination(transform=expression), batch, HANDLINGS)
+        assert_agreement(spark, destination(transform=expression), batch, HANDLINGS[:1], lenient=True)
 
     check()
 
@@ -360,6 +372,7 @@ def test_deserialization_agrees_with_the_evaluator_on_arbitrary_bytes(spark):
     def check(values):
         batch = [ev.Message(value=v, key=None) for v in values]
         assert_agreement(spark, destination(), batch, HANDLINGS[:1])
+        assert_agreement(spark, destination(transform="EXTRACT:/a,a"), batch, HANDLINGS[:1], lenient=True)
 
     check()
 

@@ -81,6 +81,11 @@ def _corpus() -> tuple[list[tuple[bytes | None, bytes | None]], dict[int, str]]:
         add(line[: len(line) // 2], "truncated line")
     add(b'{"id": "x", "type": "PushEvent", "actor": }', "invalid JSON")
     add(lines[1].replace(b'"type"', b'"ty\xff\xfepe"'), "invalid UTF-8")
+    # Only the writer's strict decoder refuses these: Spark's lenient parse (the plan's) accepts each.
+    add(lines[2] + b' {"again": 1}', "content after the value")
+    add(b'{"id": "x", "type": "PushEvent", "n": 1e400}', "number out of range")
+    add(b'{"id": "x", "type": "PushEvent", "s": "\\ud800"}', "lone surrogate escape")
+    add(b'{"id": "x", "type": "PushEvent", "n": 1' + b"0" * 320 + b"}", "integer of 321 digits")
     add(b"", "empty value")
     add(None, "null value (tombstone)")
     add(bytes(range(256)) * 4, "binary (every byte value)")
