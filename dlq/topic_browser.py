@@ -394,7 +394,9 @@ def _read(
     fetched = 0
     deadline = time.monotonic() + timeout
     while remaining and time.monotonic() < deadline and fetched < max_bytes:
-        for msg in consumer.consume(num_messages=500, timeout=0.5):
+        # consume() returns once it has all 500 messages or its whole timeout has passed, never sooner: a short
+        # timeout lets the loop stop soon after the range's last record.
+        for msg in consumer.consume(num_messages=500, timeout=0.05):
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:

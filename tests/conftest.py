@@ -4,9 +4,12 @@ Kafka on 127.0.0.1:19092, Redis on 127.0.0.1:16379 and, with ``STREAMFORGE_DB=po
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -15,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from confluent_kafka.admin import AdminClient, NewTopic
 from django.conf import settings
 from hypothesis import settings as hypothesis_settings
@@ -164,3 +168,37 @@ def spark_session():
     )
     yield session
     session.stop()
+
+
+@pytest.fixture
+def supervised_drivers(settings, tmp_path: Path) -> Iterator[None]:
+    """Pipelines started for real, as a worker and the beat run them: drivers on ``local[2]`` keeping their
+    checkpoints and logs under ``tmp_path``, Celery eager (the start and stop tasks run when the request
+    commits), and a private consumer group on the shared progress stream for ``progress.ingest``.
+
+    The test calls the beat's work (``supervision.reconcile``, ``progress.ingest``) itself. Afterwards the
+    process group of every run with a pid (driver, JVM, Python workers) is killed, so a failed test leaves
+    no Spark behind.
+    """
+    from pipelines import progress, supervision
+    from pipelines.models import PipelineRun
+    from streamforge_core import contract as c
+    from streamforge_web.celery import app as celery_app
+
+    settings.STATE_DIR = tmp_path
+    settings.SPARK_MASTER = "local[2]"
+    settings.PROGRESS_CONSUMER_GROUP = f"test-{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    progress.ensure_group(client, settings.PROGRESS_CONSUMER_GROUP)
+    celery_app.conf.task_always_eager = True
+    yield
+    celery_app.conf.task_always_eager = False
+    for pid in PipelineRun.objects.exclude(pid=None).values_list("pid", flat=True):
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+    for child in supervision._children.values():
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(10)  # reaped, not left a zombie of this process
+    supervision._children.clear()
+    client.xgroup_destroy(c.PROGRESS_STREAM, settings.PROGRESS_CONSUMER_GROUP)

@@ -8,7 +8,6 @@ records with the lag seen falling to 0 in three places, ``kill -9`` and the auto
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -18,7 +17,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-import redis
 from confluent_kafka import Consumer, TopicPartition
 from django.conf import settings as django_settings
 from django.test import Client
@@ -28,9 +26,7 @@ from rest_framework.test import APIClient
 from access.models import Role
 from pipelines import lag, progress, supervision
 from pipelines.models import MetricSample, Pipeline, PipelineRun, PipelineState
-from streamforge_core import contract as c
 from streamforge_core.kafka import KafkaConnection, consumer_config
-from streamforge_web.celery import app as celery_app
 from tests.factories import TeamFactory, member
 from tests.pipelines.spark.harness import consume_all, produce
 
@@ -61,15 +57,9 @@ def records(start: int, count: int) -> list[tuple[bytes, bytes]]:
 
 
 @pytest.fixture
-def world(settings, tmp_path, kafka_admin, make_topic):
-    """Users of two teams, a 2-partition source topic, eager Celery (start/stop tasks run in the request's
-    commit), a private progress consumer group, and every driver killed afterwards."""
-    settings.STATE_DIR = tmp_path
-    settings.SPARK_MASTER = "local[2]"
-    settings.PROGRESS_CONSUMER_GROUP = f"test-{uuid.uuid4().hex[:8]}"
-    client = redis.Redis.from_url(django_settings.REDIS_URL)
-    progress.ensure_group(client, settings.PROGRESS_CONSUMER_GROUP)
-    celery_app.conf.task_always_eager = True
+def world(kafka_admin, make_topic):
+    """Users of two teams, a 2-partition source topic, and the spec of a pipeline reading it (whose
+    destination and DLQ topics are deleted afterwards)."""
     team = TeamFactory(name="data-platform")
     source = make_topic("managed-src", partitions=2)
     suffix = uuid.uuid4().hex[:8]
@@ -96,12 +86,6 @@ def world(settings, tmp_path, kafka_admin, make_topic):
         "viewer": member(team, Role.VIEWER, username="vic"),
         "stranger": member(TeamFactory(name="other-team"), Role.OPERATOR, username="eve"),
     }
-    celery_app.conf.task_always_eager = False
-    for run in PipelineRun.objects.exclude(pid=None):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(run.pid, signal.SIGKILL)
-    supervision._children.clear()
-    client.xgroup_destroy(c.PROGRESS_STREAM, settings.PROGRESS_CONSUMER_GROUP)
     existing = set(kafka_admin.list_topics(timeout=10).topics)
     doomed = [t for t in (spec["destinations"][0]["topic"], spec["dlq"]["topic"]) if t in existing]
     if doomed:
@@ -151,7 +135,10 @@ def prometheus_lag(pipeline: str, token: str) -> dict[str, float]:
     return {partition: float(value) for partition, value in pattern.findall(text)}
 
 
-def test_a_managed_pipeline_runs_recovers_stops_and_halts(world, kafka_bootstrap, kafka_admin, settings):
+def test_a_managed_pipeline_runs_recovers_stops_and_halts(
+    world, supervised_drivers, kafka_bootstrap, kafka_admin, settings
+):
+    # supervised_drivers after world: the drivers are killed before the world's topics are deleted
     settings.METRICS_TOKEN = "scrape-secret"  # what Prometheus sends
     figures: dict[str, float] = {}
     test_started = time.monotonic()
