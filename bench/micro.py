@@ -92,20 +92,33 @@ def cases(source: DataFrame, destinations: int) -> dict[str, Callable[[], DataFr
     def enriched() -> DataFrame:
         return enrich(source, spec)
 
-    def enriched_arrow() -> DataFrame:
+    def enriched_exact() -> DataFrame:
+        return enrich(source, spec, exact_deserialization=True)
+
+    def arrow(frame: DataFrame, *, decode: bool) -> DataFrame:
+        """``frame`` handed to Python workers as Arrow, as the writer gets it; ``decode``: the writer's strict
+        decoding of every value too (``writer.deserialization_error``), else only counted."""
         from pipelines.spark.writer import _SUMMARY_ARROW, SUMMARY_SCHEMA
 
         def count_only(batches):  # type: ignore[no-untyped-def]
             import pyarrow as pa
 
-            n = sum(b.num_rows for b in batches)
+            from pipelines.spark.writer import deserialization_error
+
+            n = 0
+            for batch in batches:
+                n += batch.num_rows
+                if decode:
+                    for value, error in zip(batch.column("value").to_pylist(),
+                                            batch.column("deser_error").to_pylist(), strict=True):  # fmt: skip
+                        deserialization_error(value, error)
             yield pa.RecordBatch.from_pylist(
                 [{"topic": "t", "partition": 0, "min_offset": 0, "max_offset": 0, "records": n,
                   "skipped": False, "counts": "{}"}],
                 schema=_SUMMARY_ARROW,
             )  # fmt: skip
 
-        return enrich(source, spec).mapInArrow(count_only, SUMMARY_SCHEMA)
+        return frame.mapInArrow(count_only, SUMMARY_SCHEMA)
 
     return {
         "scan": value_only,
@@ -114,7 +127,11 @@ def cases(source: DataFrame, destinations: int) -> dict[str, Callable[[], DataFr
         "deserialization_staged": deserialization_staged,
         "staged_destinations": staged,
         "enrich": enriched,
-        "enrich+arrow": enriched_arrow,
+        "enrich_exact": enriched_exact,
+        # what the micro-batch pipeline runs: lenient plan, strict decoding in the writer
+        "enrich+arrow": lambda: arrow(enriched(), decode=True),
+        # before #17 step 2: the exact checks in the plan, none in the writer
+        "enrich_exact+arrow": lambda: arrow(enriched_exact(), decode=False),
     }
 
 
