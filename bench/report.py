@@ -156,6 +156,23 @@ def _markdown(
                 f"| {m.variant} | {e.get('startup_s')} | {e.get('first_batch_s')} | "
                 f"{_fmt(e.get('in_batch_records_per_s'))} | {', '.join(f'{b:,.0f}' for b in e.get('batch_ms', []))} |"
             )
+    sized = [m for m in measurements if m.scenario == "linearity" and m.status == "measured"]
+    if sized:
+        rates = [m.records_per_s for m in sized if m.records_per_s]
+        spread = f"{max(rates) / min(rates):.2f}" if rates else "-"
+        lines += [
+            "",
+            "Linearity (`linearity`): the headline configuration over growing backlogs, each read from the start "
+            f"by a fresh driver; largest/smallest rate {spread} (goal: within 15%, i.e. at most 1.15).",
+            "",
+            "| backlog | records/s | / smallest backlog | load (start/end) |",
+            "|---|---:|---:|---|",
+        ]
+        for m in sized:
+            lines.append(
+                f"| {m.records:,} | {_fmt(m.records_per_s)} | {m.extra.get('vs_smallest', '-')} | "
+                f"{m.load.get('start')}/{m.load.get('end')} |"
+            )
     lines += ["", "## DLQ console", ""]
     dlq = [m for m in measurements if m.scenario == "dlq_console"]
     if not dlq:

@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
-from bench import dlq_console, python_loop, raw_copy, report, spark_pipeline, spark_reference
+from bench import dlq_console, linearity, python_loop, raw_copy, report, spark_pipeline, spark_reference
 from bench.common import (
     REPO,
     Context,
@@ -33,7 +33,7 @@ from bench.common import (
 
 #: Scenario modules in the order they run (cheap and native first).
 SCENARIOS: dict[str, ModuleType] = {
-    m.NAME: m for m in (raw_copy, python_loop, spark_pipeline, spark_reference, dlq_console)
+    m.NAME: m for m in (raw_copy, python_loop, spark_pipeline, spark_reference, linearity, dlq_console)
 }
 
 
