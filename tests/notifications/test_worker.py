@@ -32,6 +32,7 @@ def _pipeline(team, name: str) -> tuple[Pipeline, dict[str, TopicOwner]]:
     pipeline = create_pipeline(
         actor=member(team, Role.ADMIN), name=name, team=team, spec=github_spec(f"{name}.events", name)
     )
+    assert pipeline.current_revision is not None
     owners = {pipeline.current_revision.spec["dlq"]["topic"]: TopicOwner(team.pk, pipeline.pk, pipeline.name)}
     return pipeline, owners
 
