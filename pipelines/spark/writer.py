@@ -693,6 +693,22 @@ def replay_scope(
     return only or None
 
 
+def make_warm_up(config: WriterConfig) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The function ``mapInArrow`` runs per partition of the driver's warm-up rows: what a first micro-batch
+    would start in a Python worker (this module's imports, the shared producer and its broker connections,
+    the strict decoder) without producing anything; yields no rows."""
+
+    def warm_up(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        if config.mode != "effectively_once":  # transactional producers are made per task anyway
+            _producer(config).list_topics(timeout=10)
+        for batch in batches:
+            for value in batch.column("value").to_pylist():
+                deserialization_error(value, None)
+        return iter(())
+
+    return warm_up
+
+
 def make_partition_writer(
     config: WriterConfig,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
