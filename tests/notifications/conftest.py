@@ -195,8 +195,17 @@ class WorkerProcess:
     settings: dict[str, str]
 
 
+def _route_to(queue: str) -> None:
+    """Make ``queue`` the test process's default Celery queue. Celery caches the queue declarations and the
+    router it built from the default (``app.amqp``): they are dropped, so the next send (and any worker a
+    later test starts in process, which consumes the declared queues) sees the new default."""
+    celery_app.conf.task_default_queue = queue
+    for cached in ("default_queue", "queues", "router"):
+        celery_app.amqp.__dict__.pop(cached, None)
+
+
 @pytest.fixture
-def worker_process(transactional_db, tmp_path, settings, monkeypatch, smtp) -> Iterator[WorkerProcess]:
+def worker_process(transactional_db, tmp_path, settings, smtp) -> Iterator[WorkerProcess]:
     """A real worker taking the tasks this test's code queues (deliveries, digest flushes) from Redis.
 
     The queue is the test's own (the test Redis is shared), set for the test process's Celery app too. The
@@ -206,6 +215,7 @@ def worker_process(transactional_db, tmp_path, settings, monkeypatch, smtp) -> I
     same sealing key. Ready once it has answered a ``streamforge.ping`` task; stopped (TERM, then KILL) after
     the test."""
     queue = f"notify-tests-{uuid.uuid4().hex[:12]}"
+    default_queue = celery_app.conf.task_default_queue
     notify = {
         "STREAMFORGE_NOTIFY_ALLOW_PRIVATE": "true",
         "STREAMFORGE_NOTIFY_BACKOFF_SECONDS": "1",
@@ -214,7 +224,6 @@ def worker_process(transactional_db, tmp_path, settings, monkeypatch, smtp) -> I
     }
     settings.NOTIFY_ALLOW_PRIVATE_TARGETS = True
     settings.NOTIFY_BACKOFF_SECONDS, settings.NOTIFY_MAX_ATTEMPTS, settings.NOTIFY_DIGEST_SECONDS = 1, 4, 15
-    monkeypatch.setitem(celery_app.conf, "task_default_queue", queue)
     env = {
         **os.environ,
         **notify,
@@ -232,6 +241,7 @@ def worker_process(transactional_db, tmp_path, settings, monkeypatch, smtp) -> I
             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     try:
+        _route_to(queue)
         try:
             ping.apply_async(queue=queue).get(timeout=60)
         except Exception as error:
@@ -245,3 +255,4 @@ def worker_process(transactional_db, tmp_path, settings, monkeypatch, smtp) -> I
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
         redis.Redis.from_url(django_settings.REDIS_URL).delete(queue)
+        _route_to(default_queue)
