@@ -11,6 +11,12 @@ acknowledgement. Only then does ``foreachBatch`` return, and only then does Spar
 checkpoint: at-least-once. Afterwards the driver commits the processed offsets to the pipeline's Kafka
 consumer group (so any lag tool sees them) and publishes a progress event to Redis.
 
+With the ``low_latency`` commit strategy the query runs in Spark's real-time mode instead: no ``foreachBatch``
+(Python operators are not allowed there), the routing compiled into the plan (``pipelines.spark.routing``)
+and written by Spark's Kafka sink, one long-running task per source partition. At the end of each real-time
+batch (``REALTIME_BATCH_DURATION``) a ``StreamingQueryListener`` commits the batch's end offsets to the
+consumer group and publishes the same progress event, counted by ``observe`` metrics.
+
 Exit codes (``streamforge_core.contract``): 0 stopped on request, 1 crashed (restartable), 2 Config/DslParse,
 3 DeadLetterQueue. The last stderr line is ``STREAMFORGE_EXIT {json}`` with the reason.
 """
@@ -38,8 +44,16 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+    StreamingQueryListener,
+)
 
 from pipelines.dsl.spark import SourceColumns, stage_destinations
+from pipelines.spark.routing import route
 from pipelines.spark.session import build_session
 from pipelines.spark.writer import (
     SUMMARY_SCHEMA,
@@ -66,6 +80,15 @@ _KAFKA_SOURCE_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
     "timestampType int, headers array<struct<key:string,value:binary>>"
 )
+
+#: The batch duration of Spark's real-time mode (``low_latency``). Records flow through at once whatever it is;
+#: it is how often a real-time batch ends, and so how often the checkpoint advances, the consumer group is
+#: committed, a progress event (counts, lag) is published and the driver may stop cleanly. Five seconds keeps
+#: the console's figures fresh and bounds what a crash or stop replays, while checkpointing only every few
+#: seconds (a checkpoint per second would cost more than the records it protects on a small cluster).
+REALTIME_BATCH_DURATION = "5 seconds"
+#: The name of the ``observe`` metrics (``pipelines.spark.routing.metric_columns``) in a real-time progress.
+REALTIME_METRICS = "streamforge"
 
 
 @dataclass(frozen=True)
@@ -180,6 +203,9 @@ class Driver:
         #: Set once ``writeStream.start()`` returned: until then the driver is "starting" (preflight, the JVM,
         #: the Spark session, the query's first planning), and supervision keeps the pipeline STARTING.
         self.query_started = threading.Event()
+        #: Set by each real-time progress (low_latency): a graceful stop waits for the end of a batch.
+        self.realtime_batch_ended = threading.Event()
+        self.query_name = f"streamforge-{options.pipeline}"
 
     # -- side channels ------------------------------------------------------------------------------------
 
@@ -334,6 +360,62 @@ class Driver:
             "offsets": offsets,
         }
 
+    # -- real-time mode (low_latency) ----------------------------------------------------------------------
+
+    def _start_realtime(self, enriched: DataFrame) -> Any:
+        """Start the real-time query: the routed records (``pipelines.spark.routing.route``) to Spark's Kafka
+        sink, update mode, ``trigger(realTime=REALTIME_BATCH_DURATION)``, the run's checkpoint; progress
+        through ``RealtimeProgressListener``. Spark checks the plan against real-time mode's allow-list when
+        the query starts and fails it (an exception here or on ``awaitTermination``) when something is not
+        allowed."""
+        assert self.session is not None
+        assert self.writer_config is not None
+        self.session.streams.addListener(RealtimeProgressListener(self))
+        routed = route(enriched, self.writer_config, metrics_name=REALTIME_METRICS)
+        config = self.writer_config
+        outputs = [d.max_message_bytes for d in config.destinations] + [config.dlq_max_message_bytes]
+        return (
+            routed.writeStream.queryName(self.query_name)
+            .format("kafka")
+            .options(**spark_kafka_options(self.options.kafka))
+            # A record may be as large as the largest topic limit (the plan dead-letters larger ones first).
+            .option("kafka.max.request.size", str(max(outputs) + 4096))
+            # A batch of several records must fit the smallest topic limit: the broker refuses a larger one
+            # (MESSAGE_TOO_LARGE), and the Java producer splits it into batches of batch.size again, retrying
+            # forever when that is still too large (seen with a 4 KB topic limit). A record alone in a batch
+            # may exceed batch.size; the plan's RecordTooLarge check keeps it within its topic's limit.
+            .option("kafka.batch.size", str(max(512, min(16_384, min(outputs) - 512))))
+            .option("kafka.acks", "all")
+            .option("kafka.enable.idempotence", "true")
+            .option("checkpointLocation", self.options.checkpoint_dir)
+            .outputMode("update")
+            # PySpark 4.2's typing overloads of trigger() do not list realTime yet; the method takes it.
+            .trigger(realTime=REALTIME_BATCH_DURATION)  # type: ignore[call-overload]
+            .start()
+        )
+
+    def realtime_progress(self, progress: Any) -> None:
+        """End of one real-time batch (``StreamingQueryProgress``): its records are in Kafka and the batch is
+        in the checkpoint. Commit the sources' end offsets to the consumer group and publish the progress
+        event, counted from the batch's ``observedMetrics`` (the same fields as a micro-batch's)."""
+        started = time.monotonic() - float(progress.batchDuration) / 1000.0
+        metrics = progress.observedMetrics.get(REALTIME_METRICS)
+        totals: dict[str, int] = metrics.asDict() if metrics is not None else {}
+        consumed = int(totals.pop("consumed", 0))
+        if consumed != progress.numInputRows:
+            log.warning(
+                "batch %s: %s rows counted, %s read", progress.batchId, consumed, progress.numInputRows
+            )
+        counts: Counter[str] = Counter({k: int(v) for k, v in totals.items() if v})
+        ranges = source_ranges(progress.sources)
+        commit_failed = bool(ranges) and not self._commit_group(ranges)
+        latest = self._latest_offsets(list(ranges))
+        event = self._progress_event(progress.batchId, started, consumed, 0, 0, counts, ranges, latest)
+        event["group_commit_failed"] = commit_failed
+        self.last_batch = event
+        self._publish(event)
+        self.realtime_batch_ended.set()
+
     # -- lifecycle ----------------------------------------------------------------------------------------
 
     def run(self) -> int:
@@ -374,20 +456,24 @@ class Driver:
             .option("includeHeaders", "true")
             # Never skip records that disappeared (retention, topic recreated): stop and say so.
             .option("failOnDataLoss", "true")
-            .option("maxOffsetsPerTrigger", str(strategy.max_records))
             .option("fetchOffset.numRetries", "10")
         )
+        if strategy.kind != "low_latency":  # real-time mode refuses it: it reads continuously
+            reader = reader.option("maxOffsetsPerTrigger", str(strategy.max_records))
         if spec.delivery.mode == "effectively_once":
             reader = reader.option("kafka.isolation.level", "read_committed")
-        writer = (
-            enrich(reader.load(), spec)
-            .writeStream.queryName(f"streamforge-{options.pipeline}")
-            .foreachBatch(self.process_batch)
-            .option("checkpointLocation", options.checkpoint_dir)
-        )
-        if strategy.kind == "time":
-            writer = writer.trigger(processingTime=f"{strategy.interval_ms} milliseconds")
-        query = writer.start()
+        if strategy.kind == "low_latency":
+            query = self._start_realtime(enrich(reader.load(), spec))
+        else:
+            writer = (
+                enrich(reader.load(), spec)
+                .writeStream.queryName(self.query_name)
+                .foreachBatch(self.process_batch)
+                .option("checkpointLocation", options.checkpoint_dir)
+            )
+            if strategy.kind == "time":
+                writer = writer.trigger(processingTime=f"{strategy.interval_ms} milliseconds")
+            query = writer.start()
         self.query_started.set()
         self._beat()  # supervision shows RUNNING now, not a heartbeat later
         self._install_signal_handlers(query)
@@ -430,11 +516,72 @@ class Driver:
         signal.signal(signal.SIGINT, graceful)
 
     def _stop_gracefully(self, query: Any) -> None:
-        """Let the running micro-batch finish (within the timeout), then stop the query."""
+        """Let the running micro-batch finish (within the timeout), then stop the query. A real-time batch
+        is always active: wait for the end of the current one instead, then stop at once, so only what the
+        next batch read in that instant is written again after a restart (at_least_once)."""
         deadline = time.monotonic() + self.options.stop_timeout_seconds
-        while time.monotonic() < deadline and query.status.get("isTriggerActive"):
-            time.sleep(0.2)
+        if self.spec.delivery.commit_strategy.kind == "low_latency":
+            self.realtime_batch_ended.clear()
+            self.realtime_batch_ended.wait(self.options.stop_timeout_seconds)
+        else:
+            while time.monotonic() < deadline and query.status.get("isTriggerActive"):
+                time.sleep(0.2)
         query.stop()
+
+
+def source_ranges(sources: Any) -> dict[tuple[str, int], tuple[int, int]]:
+    """``{(topic, partition): (first offset, last offset)}`` of one progress's Kafka sources (their
+    ``startOffset``/``endOffset`` JSON, ``{"topic": {"0": next offset}}``), in the shape ``_commit_group``
+    and ``_progress_event`` take: last = end - 1, so a partition that read nothing has last = first - 1.
+    A source without a start (the query's first batch) starts at its end."""
+    ranges: dict[tuple[str, int], tuple[int, int]] = {}
+    for source in sources:
+        end = _offsets(source.endOffset)
+        start = _offsets(source.startOffset)
+        for key, next_offset in end.items():
+            ranges[key] = (start.get(key, next_offset), next_offset - 1)
+    return ranges
+
+
+def _offsets(text: str | None) -> dict[tuple[str, int], int]:
+    try:
+        data = json.loads(text) if text else None
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        (topic, int(partition)): int(offset)
+        for topic, partitions in data.items()
+        for partition, offset in partitions.items()
+    }
+
+
+class RealtimeProgressListener(StreamingQueryListener):
+    """Hands the driver's real-time query progress to ``Driver.realtime_progress`` (on the driver, through
+    Py4J). Other queries of the session are ignored. An error is logged, never raised into Spark's listener
+    bus: progress is for people, and the next batch reports cumulative offsets again."""
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
+        """Nothing: the driver marks the query started when ``start()`` returns."""
+
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
+        """One real-time batch ended: commit and publish (``Driver.realtime_progress``)."""
+        if event.progress.name != self.driver.query_name:
+            return
+        try:
+            self.driver.realtime_progress(event.progress)
+        except Exception:
+            log.exception("real-time progress of batch %s not handled", event.progress.batchId)
+
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
+        """Nothing: real-time batches end on time whether or not records came."""
+
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
+        """Nothing: ``awaitTermination`` raises the query's error to ``run``."""
 
 
 def classify(exc: BaseException) -> tuple[int, str]:
