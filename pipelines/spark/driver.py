@@ -128,6 +128,27 @@ def preflight(kafka: KafkaConnection, spec: PipelineSpec) -> None:
     )
 
 
+def source_partitions(admin: AdminClient, topics: tuple[str, ...] | list[str]) -> int:
+    """How many partitions the source topics have together (missing topics count none: ``topic_limits``
+    already refused them)."""
+    metadata = admin.list_topics(timeout=15)
+    return sum(len(metadata.topics[t].partitions) for t in topics if t in metadata.topics)
+
+
+def check_realtime_slots(partitions: int, slots: int) -> None:
+    """Spark's real-time mode runs one long-running task per source partition, all at once. With fewer task
+    slots than partitions (``local[2]`` and four partitions), the tasks that do not fit never read: their
+    partitions are silently left behind, batch after batch (Spark 4.2, measured), with no error. So refuse
+    to start instead: ConfigError naming both numbers. ``slots``: ``SparkContext.defaultParallelism`` (the
+    cores of ``local[N]``, or of every executor on a cluster)."""
+    if partitions > slots:
+        raise ConfigError(
+            f"low_latency (Spark real-time mode) needs a task slot per source partition: the source topics "
+            f"have {partitions} partitions, Spark has {slots} slots; give Spark more cores (SPARK_MASTER "
+            f"local[{partitions}] or larger executors) or use a batch or time commit strategy"
+        )
+
+
 def topic_limits(admin: AdminClient, topics: list[str]) -> dict[str, int]:
     """``max.message.bytes`` of each topic, in bytes. Raises ConfigError naming any topic that is missing."""
     metadata = admin.list_topics(timeout=15)
@@ -448,6 +469,11 @@ class Driver:
         )
         self._warm_up()
         strategy = spec.delivery.commit_strategy
+        if strategy.kind == "low_latency":
+            check_realtime_slots(
+                source_partitions(self.admin, spec.source.topics),
+                self.session.sparkContext.defaultParallelism,
+            )
         reader = (
             self.session.readStream.format("kafka")
             .options(**spark_kafka_options(options.kafka))

@@ -282,3 +282,27 @@ def test_a_low_latency_pipeline_routes_counts_commits_and_delivers_in_millisecon
     last = events[-1]["offsets"][source]
     assert [last[str(p)]["end"] for p in (0, 1)] == ends
     assert all(e["group_commit_failed"] is False for e in events)
+
+
+def test_a_low_latency_pipeline_with_more_source_partitions_than_task_slots_refuses_to_start(
+    tmp_path, kafka_bootstrap, make_topic
+):
+    """Real-time mode would silently leave the partitions whose task does not fit unread (Spark 4.2)."""
+    source = make_topic("rt-src", partitions=2)
+    spec = _spec(source, make_topic("rt-pushes"), make_topic("rt-archive"), make_topic("rt-dlq"))
+    driver = DriverProcess(
+        spec=spec,
+        pipeline=f"rt-{uuid.uuid4().hex[:8]}",
+        workdir=tmp_path / "driver",
+        bootstrap=kafka_bootstrap,
+        redis_url=settings.REDIS_URL,
+        jars=list(settings.SPARK_JARS),
+        master="local[1]",
+    )
+    try:
+        assert driver.start().wait(180) == c.EXIT_CONFIG, driver.log_tail()
+    finally:
+        driver.ensure_stopped()
+    report = driver.exit_report()
+    assert report["error_type"] == c.CONFIG
+    assert "the source topics have 2 partitions, Spark has 1 slots" in report["message"]
