@@ -27,6 +27,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -505,7 +506,13 @@ class Driver:
         self._install_signal_handlers(query)
         self._publish({"type": "started", "pipeline": options.pipeline, "run_id": options.run_id,
                        "app_id": self.session.sparkContext.applicationId, "time_ms": int(time.time() * 1000)})  # fmt: skip
-        query.awaitTermination()
+        try:
+            query.awaitTermination()
+        except Exception as exc:
+            halt = realtime_sink_halt(str(exc), spec) if strategy.kind == "low_latency" else None
+            if halt is None:
+                raise
+            raise halt from exc
         return c.EXIT_STOPPED
 
     def _warm_up(self) -> None:
@@ -608,6 +615,32 @@ class RealtimeProgressListener(StreamingQueryListener):
 
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         """Nothing: ``awaitTermination`` raises the query's error to ``run``."""
+
+
+_SINK_TOPIC_ERRORS = (
+    re.compile(r"Topic (\S+) not present in metadata"),
+    re.compile(r"Not authorized to access topics: \[([^\]]+)\]"),
+)
+
+
+def realtime_sink_halt(text: str, spec: PipelineSpec) -> c.PipelineHalt | None:
+    """What a real-time query's failure means when Spark's Kafka sink could not write a topic (``text``: the
+    query's error): the DLQ topic missing or forbidden is a DeadLetterQueue halt, a destination topic a Config
+    halt (as ``writer.BatchWriter`` decides in micro-batch mode). The Java producer reports a missing topic
+    after ``max.block.ms`` (60 s) of waiting for it. None for any other failure (left to restarts)."""
+    for pattern in _SINK_TOPIC_ERRORS:
+        for found in pattern.finditer(text):
+            topics = {t.strip() for t in found.group(1).split(",")}
+            if spec.dlq.topic in topics:
+                return c.PipelineHalt(
+                    c.DEAD_LETTER_QUEUE, f"cannot write to DLQ topic {spec.dlq.topic}: {found[0]}"
+                )
+            hit = sorted(topics & {d.topic for d in spec.destinations})
+            if hit:
+                return c.PipelineHalt(
+                    c.CONFIG, f"a destination topic cannot be written ({hit[0]}): {found[0]}"
+                )
+    return None
 
 
 def classify(exc: BaseException) -> tuple[int, str]:
