@@ -468,13 +468,13 @@ class Driver:
             master=options.master,
             jars=options.jars,
         )
-        self._warm_up()
         strategy = spec.delivery.commit_strategy
         if strategy.kind == "low_latency":
             check_realtime_slots(
                 source_partitions(self.admin, spec.source.topics),
                 self.session.sparkContext.defaultParallelism,
             )
+        self._warm_up()
         reader = (
             self.session.readStream.format("kafka")
             .options(**spark_kafka_options(options.kafka))
@@ -490,7 +490,8 @@ class Driver:
         if spec.delivery.mode == "effectively_once":
             reader = reader.option("kafka.isolation.level", "read_committed")
         if strategy.kind == "low_latency":
-            query = self._start_realtime(enrich(reader.load(), spec))
+            # No writer decodes values again in real-time mode, so the plan's own decoding must be exact.
+            query = self._start_realtime(enrich(reader.load(), spec, exact_deserialization=True))
         else:
             writer = (
                 enrich(reader.load(), spec)
@@ -532,7 +533,14 @@ class Driver:
         started = time.monotonic()
         try:
             frame = session.createDataFrame(rows, _KAFKA_SOURCE_SCHEMA).repartition(cores)
-            enrich(frame, self.spec).mapInArrow(make_warm_up(self.writer_config), SUMMARY_SCHEMA).collect()
+            if self.spec.delivery.commit_strategy.kind == "low_latency":
+                # Real-time mode has no Python worker to start: compile the routed plan (records collected
+                # here, none produced).
+                route(enrich(frame, self.spec, exact_deserialization=True), self.writer_config).collect()
+            else:
+                enrich(frame, self.spec).mapInArrow(
+                    make_warm_up(self.writer_config), SUMMARY_SCHEMA
+                ).collect()
         except Exception as exc:
             log.warning("warm-up failed (the first micro-batch will start what it did not): %s", exc)
             return

@@ -4,8 +4,9 @@ Kafka sink (``topic, key, value, headers``), for the ``low_latency`` commit stra
 Real-time mode runs one long-lived task per Kafka partition and checks the physical plan against an
 allow-list (projections, filters, generators, unions, observed metrics, the Kafka sink); Python operators
 (``mapInArrow``, Python UDFs) are not on it. So what ``pipelines.spark.writer.BatchWriter`` decides in
-Python per row is decided here with built-in expressions on the columns of ``driver.enrich``, and the
-records are produced by ``inline`` of one array of structs per source record (a ``GenerateExec``):
+Python per row is decided here with built-in expressions on the columns of ``driver.enrich`` (with
+``exact_deserialization``: no writer decodes the values again), and the records are produced by ``inline``
+of one array of structs per source record (a ``GenerateExec``):
 
 * a destination whose outcome is ``produced`` gets its value, key and headers plus the lineage header
   (``x-streamforge-source: topic/partition/offset``), unless the record is larger than the topic's
@@ -26,6 +27,9 @@ DLQ records carry the original key, value and (when ``include_original_headers``
   and restarts from its checkpoint (nothing is lost, nothing is dead-lettered for them).
 * ``x-streamforge-stack-trace`` is never written: no Python frame exists (the writer has none either for
   these cases; it passes no trace for plan-decided failures).
+* ``x-streamforge-error`` of a ``MessageDeserialization`` is the plan's exact parse's reason ("invalid JSON",
+  "invalid UTF-8", "invalid JSON: number out of range"), the same kind as the writer's but without the
+  Python decoder's detail (line and column), which only that decoder knows.
 * ``x-streamforge-timestamp`` is the query's current time as Spark fixes it for a batch
   (``current_timestamp()``), ISO-8601 UTC in milliseconds; in real-time mode that is the start of the
   long-running batch, up to its duration before the write.

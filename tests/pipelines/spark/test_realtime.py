@@ -49,6 +49,8 @@ CASES: list[tuple[bytes, bytes, dict[str, str]]] = [
     (b"bad-5", b'{"id": "5", "type": ', {"pushes": "MessageDeserialization", "archive": "MessageDeserialization"}),
     (b"big-6", _event("WatchEvent", "6", pad=2 * ARCHIVE_LIMIT), {"pushes": "filtered", "archive": "RecordTooLarge"}),
     (b"noid-7", b'{"type": "WatchEvent"}', {"pushes": "filtered", "archive": "filtered"}),
+    # Spark's lenient parser accepts it; the exact parse of the real-time plan must not (no writer checks it).
+    (b"huge-8", b'{"id": "8", "type": "PushEvent", "n": 1e400}', {"pushes": "MessageDeserialization", "archive": "MessageDeserialization"}),
 ]  # fmt: skip
 
 
