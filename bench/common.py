@@ -178,15 +178,25 @@ def one_kb_records(count: int, size: int = 1024) -> list[tuple[bytes, bytes]]:
 
 
 def pipeline_spec(
-    *, source_topics: Sequence[str], dest_topics: Sequence[str], dlq_topic: str, mode: str, batch: int
+    *,
+    source_topics: Sequence[str],
+    dest_topics: Sequence[str],
+    dlq_topic: str,
+    mode: str,
+    batch: int,
+    realtime: bool = False,
 ) -> dict[str, Any]:
     """The pipeline spec (``pipelines.spec`` JSON) of the benchmark with ``len(dest_topics)`` destinations
-    (1 or 2) of :data:`DESTINATIONS`, ``mode`` delivery and ``batch`` records per micro-batch at most."""
+    (1 or 2) of :data:`DESTINATIONS`, ``mode`` delivery and ``batch`` records per micro-batch at most; with
+    ``realtime`` the ``low_latency`` commit strategy instead (Spark real-time mode; ``batch`` unused)."""
     dests = [{**DESTINATIONS[i], "topic": topic} for i, topic in enumerate(dest_topics[: len(DESTINATIONS)])]
+    strategy: dict[str, Any] = (
+        {"kind": "low_latency"} if realtime else {"kind": "batch", "max_records": batch}
+    )
     return {
         "source": {"topics": list(source_topics), "starting_offsets": "earliest"},
         "destinations": dests,
-        "delivery": {"mode": mode, "commit_strategy": {"kind": "batch", "max_records": batch}},
+        "delivery": {"mode": mode, "commit_strategy": strategy},
         "dlq": {"topic": dlq_topic},
     }
 

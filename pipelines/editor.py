@@ -85,13 +85,14 @@ def _source_and_policy_fields() -> list[EditorSection]:
                     "select",
                     choices=COMMIT_KINDS,
                     help="batch: up to N records per micro-batch; time: a trigger every interval; low_latency: "
-                    "small batches back to back (Kafka auto-commit is refused: it guarantees nothing)",
+                    "Spark real-time mode, at_least_once only, no Python-only DSL forms, record timestamps "
+                    "CURRENT (Kafka auto-commit is refused: it guarantees nothing)",
                 ),
                 EditorField(
                     "delivery.commit_strategy.max_records",
                     "Records per micro-batch",
                     "number",
-                    placeholder="20000 (low_latency: 1000)",
+                    placeholder="20000 (not used by low_latency)",
                 ),
                 EditorField(
                     "delivery.commit_strategy.interval_ms",

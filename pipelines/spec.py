@@ -16,7 +16,7 @@ Shape (defaults in brackets)::
       "delivery": {"mode": ["at_least_once"]|"effectively_once"|"at_most_once",
                    "commit_strategy": {"kind": ["batch"], "max_records": [20000]}
                                     | {"kind": "time", "interval_ms": 1000, "max_records": ...}
-                                    | {"kind": "low_latency"}},
+                                    | {"kind": "low_latency"}},   (at_least_once only; see _realtime_rules)
       "retry": {"max_attempts": [5], "initial_delay_ms": [100], "max_delay_ms": [10000], "multiplier": [2.0],
                 "jitter": [0.2]},
       "dlq": {"topic": [<first source topic>.dlq], "include_original_headers": [true],
@@ -46,6 +46,8 @@ from pipelines.dsl import (
     parse_timestamp,
     parse_transform,
 )
+from pipelines.dsl import ast as dsl_ast
+from pipelines.dsl.python_forms import python_forms
 from streamforge_core.kafka import topic_name_problem
 from streamforge_core.text import UNENCODABLE, unencodable_path
 
@@ -113,7 +115,8 @@ DESTINATION_KEYS: tuple[str, ...] = tuple(f.name for f in fields(DestinationConf
 @dataclass(frozen=True)
 class CommitStrategy:
     """How micro-batches are cut: ``batch`` (at most ``max_records`` per trigger, back to back), ``time``
-    (a processing-time trigger every ``interval_ms``), ``low_latency`` (small batches back to back)."""
+    (a processing-time trigger every ``interval_ms``), ``low_latency`` (Spark's real-time mode: one
+    long-running task per source partition writing through Spark's Kafka sink; ``max_records`` unused)."""
 
     kind: Literal["batch", "time", "low_latency"]
     max_records: int
@@ -328,6 +331,11 @@ def parse_spec(data: object, *, pipeline_name: str) -> PipelineSpec:
         ),
     )
 
+    dlv = reader.section(data, "delivery", "")
+    reader.unknown(dlv, {"mode", "commit_strategy"}, "delivery")
+    mode = reader.value(dlv, "mode", "delivery", str, "at_least_once", check=_one_of(*DELIVERY_MODES))
+    commit = _commit_strategy(reader, dlv)
+
     destinations: list[DestinationConfig] = []
     raw_destinations = reader.value(data, "destinations", "", list, [], required=True)
     if "destinations" in data and isinstance(data["destinations"], list) and not raw_destinations:
@@ -361,7 +369,10 @@ def parse_spec(data: object, *, pipeline_name: str) -> PipelineSpec:
         _dsl(reader, f"{path}.filter", expressions["filter"], parse_filter)
         _dsl(reader, f"{path}.transform", expressions["transform"], parse_transform)
         _dsl(reader, f"{path}.key_transform", expressions["key_transform"], parse_key_transform)
-        timestamp = reader.value(raw, "timestamp", path, str, "PRESERVE")
+        # Spark's Kafka sink (low_latency) cannot set a record's timestamp: the producer stamps it on sending.
+        timestamp = reader.value(
+            raw, "timestamp", path, str, "CURRENT" if commit.kind == "low_latency" else "PRESERVE"
+        )
         _dsl(reader, f"{path}.timestamp", timestamp, parse_timestamp)
         headers = _string_map(reader, raw, "headers", path)
         header_transforms = _string_map(reader, raw, "header_transforms", path)
@@ -379,11 +390,6 @@ def parse_spec(data: object, *, pipeline_name: str) -> PipelineSpec:
                 timestamp=timestamp,
             )
         )
-
-    dlv = reader.section(data, "delivery", "")
-    reader.unknown(dlv, {"mode", "commit_strategy"}, "delivery")
-    mode = reader.value(dlv, "mode", "delivery", str, "at_least_once", check=_one_of(*DELIVERY_MODES))
-    commit = _commit_strategy(reader, dlv)
 
     rty = reader.section(data, "retry", "")
     reader.unknown(rty, {"max_attempts", "initial_delay_ms", "max_delay_ms", "multiplier", "jitter"}, "retry")
@@ -429,6 +435,8 @@ def parse_spec(data: object, *, pipeline_name: str) -> PipelineSpec:
         null_value_behavior=cast(Literal["passthrough", "error"], null_value),
     )
 
+    if commit.kind == "low_latency":
+        _realtime_rules(reader, mode, destinations, error_handling)
     if reader.errors:
         raise SpecError(reader.errors)
     return PipelineSpec(
@@ -439,6 +447,55 @@ def parse_spec(data: object, *, pipeline_name: str) -> PipelineSpec:
         dlq=dlq,
         error_handling=error_handling,
     )
+
+
+def _realtime_rules(
+    reader: _Reader, mode: str, destinations: list[DestinationConfig], handling: ErrorHandling
+) -> None:
+    """What the ``low_latency`` commit strategy requires (DESIGN.md "Delivery modes": Spark's real-time mode,
+    the whole routing compiled for Spark's Kafka sink, at_least_once only, no Python operators):
+
+    * delivery mode ``at_least_once``: the Kafka sink writes without transactions (no effectively_once), and
+      a long-running real-time batch cannot be skipped on failure (no at_most_once);
+    * no DSL form that compiles to a Python UDF (:func:`pipelines.dsl.python_forms.python_forms`): real-time
+      mode's plan allow-list has no Python operator; each is reported at its field with its position;
+    * ``timestamp: CURRENT`` (the default then): the Kafka sink has no timestamp column, so the producer
+      stamps records when it sends them and no other rule can be honoured.
+    """
+    if mode != "at_least_once":
+        reader.error(
+            "delivery.commit_strategy.kind",
+            f"low_latency (Spark real-time mode) is allowed only with delivery mode at_least_once, not {mode}: "
+            "Spark's Kafka sink writes without transactions, and a real-time batch cannot be skipped",
+        )
+    for i, dest in enumerate(destinations):
+        path = f"destinations.{i}"
+        if not _is_current(dest.timestamp):
+            reader.error(
+                f"{path}.timestamp",
+                "low_latency writes through Spark's Kafka sink, which stamps each record when it sends it: "
+                "only CURRENT is possible (leave timestamp out, or use a batch or time commit strategy)",
+            )
+        try:
+            compiled = dest.compiled()
+        except DslParseError:
+            continue  # already reported at its field
+        for use in python_forms(compiled, handling):
+            text = getattr(dest, use.field) or ""
+            position = text.find(use.form)
+            where = f"at {position}: " if position >= 0 else ""
+            reader.error(
+                f"{path}.{use.field}",
+                f"{where}{use.form} needs a Python UDF ({use.reason}), and low_latency (Spark real-time "
+                "mode) runs no Python operator: use a batch or time commit strategy, or another form",
+            )
+
+
+def _is_current(timestamp: str) -> bool:
+    try:
+        return isinstance(parse_timestamp(timestamp), dsl_ast.TimestampCurrent)
+    except DslParseError:
+        return True  # already reported at its field
 
 
 def _string_map(reader: _Reader, raw: Mapping[str, Any], key: str, path: str) -> dict[str, str]:

@@ -20,7 +20,8 @@ How values are represented:
 Built-in Spark functions only, except ``HASH`` with ``MURMUR64``/``MURMUR128``, ``CACHE_LOOKUP``
 / ``CACHE_PUT`` and ``STRING:REGEX_REPLACE`` in ``passthrough`` mode with a pattern that can
 match the empty string: those call the evaluator through Python UDFs
-(:mod:`pipelines.dsl.spark_udfs`).
+(:mod:`pipelines.dsl.spark_udfs`). Which forms those are is decided once, by
+:mod:`pipelines.dsl.python_forms` (spec validation refuses them for ``low_latency``).
 
 Session requirement: :data:`REQUIRED_SPARK_CONF` (duplicate JSON object keys: the last one wins,
 as in Python's ``json``); the driver applies it when it builds the session.
@@ -33,7 +34,6 @@ to check).
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import re
@@ -51,6 +51,7 @@ from pipelines.dsl.evaluate import (
     KeyValueStore,
     rust_replacement_parts,
 )
+from pipelines.dsl.python_forms import hash_needs_python, regex_replace_needs_python
 
 __all__ = [
     "HEADERS_TYPE",
@@ -565,14 +566,6 @@ def _java_replacement(pattern: str, replacement: str) -> str:
         else:  # literal text, ``$$`` already turned into ``$``: escape what Java would read as syntax
             out.append(re.sub(r"([\\$0-9])", r"\\\1", part))
     return "".join(out)
-
-
-def _can_match_empty(pattern: str) -> bool:
-    try:
-        parsed = importlib.import_module("re._parser").parse(pattern)  # CPython's regex parser
-        return bool(parsed.getwidth()[0] == 0)
-    except Exception:
-        return True
 
 
 # --------------------------------------------------------------------------------------------
@@ -1131,6 +1124,7 @@ def _digest(algorithm: str, data: Column) -> Column:
         return F.sha2(data, 256)
     if algorithm == "SHA512":
         return F.sha2(data, 512)
+    assert hash_needs_python(algorithm), algorithm
     from pipelines.dsl import spark_udfs
 
     return spark_udfs.murmur_hex(algorithm, data)
@@ -1226,7 +1220,7 @@ def _string_op(node: _StringNode, text: Column, ctx: _Ctx) -> Column:
             )
             return _to_variant(F.when(position == 0, text).otherwise(replaced))
         case ast.StringRegexReplace(pattern=pattern, replacement=replacement):
-            if ctx.passthrough and _can_match_empty(pattern):
+            if regex_replace_needs_python(pattern, passthrough=ctx.passthrough):
                 from pipelines.dsl import spark_udfs
 
                 return _to_variant(spark_udfs.rust_regex_replace(pattern, replacement, text))

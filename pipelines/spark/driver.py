@@ -11,6 +11,12 @@ acknowledgement. Only then does ``foreachBatch`` return, and only then does Spar
 checkpoint: at-least-once. Afterwards the driver commits the processed offsets to the pipeline's Kafka
 consumer group (so any lag tool sees them) and publishes a progress event to Redis.
 
+With the ``low_latency`` commit strategy the query runs in Spark's real-time mode instead: no ``foreachBatch``
+(Python operators are not allowed there), the routing compiled into the plan (``pipelines.spark.routing``)
+and written by Spark's Kafka sink, one long-running task per source partition. At the end of each real-time
+batch (``REALTIME_BATCH_DURATION``) a ``StreamingQueryListener`` commits the batch's end offsets to the
+consumer group and publishes the same progress event, counted by ``observe`` metrics.
+
 Exit codes (``streamforge_core.contract``): 0 stopped on request, 1 crashed (restartable), 2 Config/DslParse,
 3 DeadLetterQueue. The last stderr line is ``STREAMFORGE_EXIT {json}`` with the reason.
 """
@@ -21,6 +27,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -38,8 +45,16 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+    StreamingQueryListener,
+)
 
 from pipelines.dsl.spark import SourceColumns, stage_destinations
+from pipelines.spark.routing import route
 from pipelines.spark.session import build_session
 from pipelines.spark.writer import (
     SUMMARY_SCHEMA,
@@ -66,6 +81,15 @@ _KAFKA_SOURCE_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
     "timestampType int, headers array<struct<key:string,value:binary>>"
 )
+
+#: The batch duration of Spark's real-time mode (``low_latency``). Records flow through at once whatever it is;
+#: it is how often a real-time batch ends, and so how often the checkpoint advances, the consumer group is
+#: committed, a progress event (counts, lag) is published and the driver may stop cleanly. Five seconds keeps
+#: the console's figures fresh and bounds what a crash or stop replays, while checkpointing only every few
+#: seconds (a checkpoint per second would cost more than the records it protects on a small cluster).
+REALTIME_BATCH_DURATION = "5 seconds"
+#: The name of the ``observe`` metrics (``pipelines.spark.routing.metric_columns``) in a real-time progress.
+REALTIME_METRICS = "streamforge"
 
 
 @dataclass(frozen=True)
@@ -103,6 +127,27 @@ def preflight(kafka: KafkaConnection, spec: PipelineSpec) -> None:
         report.cluster_id,
         report.brokers,
     )
+
+
+def source_partitions(admin: AdminClient, topics: tuple[str, ...] | list[str]) -> int:
+    """How many partitions the source topics have together (missing topics count none: ``topic_limits``
+    already refused them)."""
+    metadata = admin.list_topics(timeout=15)
+    return sum(len(metadata.topics[t].partitions) for t in topics if t in metadata.topics)
+
+
+def check_realtime_slots(partitions: int, slots: int) -> None:
+    """Spark's real-time mode runs one long-running task per source partition, all at once. With fewer task
+    slots than partitions (``local[2]`` and four partitions), the tasks that do not fit never read: their
+    partitions are silently left behind, batch after batch (Spark 4.2, measured), with no error. So refuse
+    to start instead: ConfigError naming both numbers. ``slots``: ``SparkContext.defaultParallelism`` (the
+    cores of ``local[N]``, or of every executor on a cluster)."""
+    if partitions > slots:
+        raise ConfigError(
+            f"low_latency (Spark real-time mode) needs a task slot per source partition: the source topics "
+            f"have {partitions} partitions, Spark has {slots} slots; give Spark more cores (SPARK_MASTER "
+            f"local[{partitions}] or larger executors) or use a batch or time commit strategy"
+        )
 
 
 def topic_limits(admin: AdminClient, topics: list[str]) -> dict[str, int]:
@@ -180,6 +225,9 @@ class Driver:
         #: Set once ``writeStream.start()`` returned: until then the driver is "starting" (preflight, the JVM,
         #: the Spark session, the query's first planning), and supervision keeps the pipeline STARTING.
         self.query_started = threading.Event()
+        #: Set by each real-time progress (low_latency): a graceful stop waits for the end of a batch.
+        self.realtime_batch_ended = threading.Event()
+        self.query_name = f"streamforge-{options.pipeline}"
 
     # -- side channels ------------------------------------------------------------------------------------
 
@@ -334,6 +382,62 @@ class Driver:
             "offsets": offsets,
         }
 
+    # -- real-time mode (low_latency) ----------------------------------------------------------------------
+
+    def _start_realtime(self, enriched: DataFrame) -> Any:
+        """Start the real-time query: the routed records (``pipelines.spark.routing.route``) to Spark's Kafka
+        sink, update mode, ``trigger(realTime=REALTIME_BATCH_DURATION)``, the run's checkpoint; progress
+        through ``RealtimeProgressListener``. Spark checks the plan against real-time mode's allow-list when
+        the query starts and fails it (an exception here or on ``awaitTermination``) when something is not
+        allowed."""
+        assert self.session is not None
+        assert self.writer_config is not None
+        self.session.streams.addListener(RealtimeProgressListener(self))
+        routed = route(enriched, self.writer_config, metrics_name=REALTIME_METRICS)
+        config = self.writer_config
+        outputs = [d.max_message_bytes for d in config.destinations] + [config.dlq_max_message_bytes]
+        return (
+            routed.writeStream.queryName(self.query_name)
+            .format("kafka")
+            .options(**spark_kafka_options(self.options.kafka))
+            # A record may be as large as the largest topic limit (the plan dead-letters larger ones first).
+            .option("kafka.max.request.size", str(max(outputs) + 4096))
+            # A batch of several records must fit the smallest topic limit: the broker refuses a larger one
+            # (MESSAGE_TOO_LARGE), and the Java producer splits it into batches of batch.size again, retrying
+            # forever when that is still too large (seen with a 4 KB topic limit). A record alone in a batch
+            # may exceed batch.size; the plan's RecordTooLarge check keeps it within its topic's limit.
+            .option("kafka.batch.size", str(max(512, min(16_384, min(outputs) - 512))))
+            .option("kafka.acks", "all")
+            .option("kafka.enable.idempotence", "true")
+            .option("checkpointLocation", self.options.checkpoint_dir)
+            .outputMode("update")
+            # PySpark 4.2's typing overloads of trigger() do not list realTime yet; the method takes it.
+            .trigger(realTime=REALTIME_BATCH_DURATION)  # type: ignore[call-overload]
+            .start()
+        )
+
+    def realtime_progress(self, progress: Any) -> None:
+        """End of one real-time batch (``StreamingQueryProgress``): its records are in Kafka and the batch is
+        in the checkpoint. Commit the sources' end offsets to the consumer group and publish the progress
+        event, counted from the batch's ``observedMetrics`` (the same fields as a micro-batch's)."""
+        started = time.monotonic() - float(progress.batchDuration) / 1000.0
+        metrics = progress.observedMetrics.get(REALTIME_METRICS)
+        totals: dict[str, int] = metrics.asDict() if metrics is not None else {}
+        consumed = int(totals.pop("consumed", 0))
+        if consumed != progress.numInputRows:
+            log.warning(
+                "batch %s: %s rows counted, %s read", progress.batchId, consumed, progress.numInputRows
+            )
+        counts: Counter[str] = Counter({k: int(v) for k, v in totals.items() if v})
+        ranges = source_ranges(progress.sources)
+        commit_failed = bool(ranges) and not self._commit_group(ranges)
+        latest = self._latest_offsets(list(ranges))
+        event = self._progress_event(progress.batchId, started, consumed, 0, 0, counts, ranges, latest)
+        event["group_commit_failed"] = commit_failed
+        self.last_batch = event
+        self._publish(event)
+        self.realtime_batch_ended.set()
+
     # -- lifecycle ----------------------------------------------------------------------------------------
 
     def run(self) -> int:
@@ -364,8 +468,13 @@ class Driver:
             master=options.master,
             jars=options.jars,
         )
-        self._warm_up()
         strategy = spec.delivery.commit_strategy
+        if strategy.kind == "low_latency":
+            check_realtime_slots(
+                source_partitions(self.admin, spec.source.topics),
+                self.session.sparkContext.defaultParallelism,
+            )
+        self._warm_up()
         reader = (
             self.session.readStream.format("kafka")
             .options(**spark_kafka_options(options.kafka))
@@ -374,26 +483,37 @@ class Driver:
             .option("includeHeaders", "true")
             # Never skip records that disappeared (retention, topic recreated): stop and say so.
             .option("failOnDataLoss", "true")
-            .option("maxOffsetsPerTrigger", str(strategy.max_records))
             .option("fetchOffset.numRetries", "10")
         )
+        if strategy.kind != "low_latency":  # real-time mode refuses it: it reads continuously
+            reader = reader.option("maxOffsetsPerTrigger", str(strategy.max_records))
         if spec.delivery.mode == "effectively_once":
             reader = reader.option("kafka.isolation.level", "read_committed")
-        writer = (
-            enrich(reader.load(), spec)
-            .writeStream.queryName(f"streamforge-{options.pipeline}")
-            .foreachBatch(self.process_batch)
-            .option("checkpointLocation", options.checkpoint_dir)
-        )
-        if strategy.kind == "time":
-            writer = writer.trigger(processingTime=f"{strategy.interval_ms} milliseconds")
-        query = writer.start()
+        if strategy.kind == "low_latency":
+            # No writer decodes values again in real-time mode, so the plan's own decoding must be exact.
+            query = self._start_realtime(enrich(reader.load(), spec, exact_deserialization=True))
+        else:
+            writer = (
+                enrich(reader.load(), spec)
+                .writeStream.queryName(self.query_name)
+                .foreachBatch(self.process_batch)
+                .option("checkpointLocation", options.checkpoint_dir)
+            )
+            if strategy.kind == "time":
+                writer = writer.trigger(processingTime=f"{strategy.interval_ms} milliseconds")
+            query = writer.start()
         self.query_started.set()
         self._beat()  # supervision shows RUNNING now, not a heartbeat later
         self._install_signal_handlers(query)
         self._publish({"type": "started", "pipeline": options.pipeline, "run_id": options.run_id,
                        "app_id": self.session.sparkContext.applicationId, "time_ms": int(time.time() * 1000)})  # fmt: skip
-        query.awaitTermination()
+        try:
+            query.awaitTermination()
+        except Exception as exc:
+            halt = realtime_sink_halt(str(exc), spec) if strategy.kind == "low_latency" else None
+            if halt is None:
+                raise
+            raise halt from exc
         return c.EXIT_STOPPED
 
     def _warm_up(self) -> None:
@@ -413,7 +533,14 @@ class Driver:
         started = time.monotonic()
         try:
             frame = session.createDataFrame(rows, _KAFKA_SOURCE_SCHEMA).repartition(cores)
-            enrich(frame, self.spec).mapInArrow(make_warm_up(self.writer_config), SUMMARY_SCHEMA).collect()
+            if self.spec.delivery.commit_strategy.kind == "low_latency":
+                # Real-time mode has no Python worker to start: compile the routed plan (records collected
+                # here, none produced).
+                route(enrich(frame, self.spec, exact_deserialization=True), self.writer_config).collect()
+            else:
+                enrich(frame, self.spec).mapInArrow(
+                    make_warm_up(self.writer_config), SUMMARY_SCHEMA
+                ).collect()
         except Exception as exc:
             log.warning("warm-up failed (the first micro-batch will start what it did not): %s", exc)
             return
@@ -430,11 +557,98 @@ class Driver:
         signal.signal(signal.SIGINT, graceful)
 
     def _stop_gracefully(self, query: Any) -> None:
-        """Let the running micro-batch finish (within the timeout), then stop the query."""
+        """Let the running micro-batch finish (within the timeout), then stop the query. A real-time batch
+        is always active: wait for the end of the current one instead, then stop at once, so only what the
+        next batch read in that instant is written again after a restart (at_least_once)."""
         deadline = time.monotonic() + self.options.stop_timeout_seconds
-        while time.monotonic() < deadline and query.status.get("isTriggerActive"):
-            time.sleep(0.2)
+        if self.spec.delivery.commit_strategy.kind == "low_latency":
+            self.realtime_batch_ended.clear()
+            self.realtime_batch_ended.wait(self.options.stop_timeout_seconds)
+        else:
+            while time.monotonic() < deadline and query.status.get("isTriggerActive"):
+                time.sleep(0.2)
         query.stop()
+
+
+def source_ranges(sources: Any) -> dict[tuple[str, int], tuple[int, int]]:
+    """``{(topic, partition): (first offset, last offset)}`` of one progress's Kafka sources (their
+    ``startOffset``/``endOffset`` JSON, ``{"topic": {"0": next offset}}``), in the shape ``_commit_group``
+    and ``_progress_event`` take: last = end - 1, so a partition that read nothing has last = first - 1.
+    A source without a start (the query's first batch) starts at its end."""
+    ranges: dict[tuple[str, int], tuple[int, int]] = {}
+    for source in sources:
+        end = _offsets(source.endOffset)
+        start = _offsets(source.startOffset)
+        for key, next_offset in end.items():
+            ranges[key] = (start.get(key, next_offset), next_offset - 1)
+    return ranges
+
+
+def _offsets(text: str | None) -> dict[tuple[str, int], int]:
+    try:
+        data = json.loads(text) if text else None
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        (topic, int(partition)): int(offset)
+        for topic, partitions in data.items()
+        for partition, offset in partitions.items()
+    }
+
+
+class RealtimeProgressListener(StreamingQueryListener):
+    """Hands the driver's real-time query progress to ``Driver.realtime_progress`` (on the driver, through
+    Py4J). Other queries of the session are ignored. An error is logged, never raised into Spark's listener
+    bus: progress is for people, and the next batch reports cumulative offsets again."""
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
+        """Nothing: the driver marks the query started when ``start()`` returns."""
+
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
+        """One real-time batch ended: commit and publish (``Driver.realtime_progress``)."""
+        if event.progress.name != self.driver.query_name:
+            return
+        try:
+            self.driver.realtime_progress(event.progress)
+        except Exception:
+            log.exception("real-time progress of batch %s not handled", event.progress.batchId)
+
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
+        """Nothing: real-time batches end on time whether or not records came."""
+
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
+        """Nothing: ``awaitTermination`` raises the query's error to ``run``."""
+
+
+_SINK_TOPIC_ERRORS = (
+    re.compile(r"Topic (\S+) not present in metadata"),
+    re.compile(r"Not authorized to access topics: \[([^\]]+)\]"),
+)
+
+
+def realtime_sink_halt(text: str, spec: PipelineSpec) -> c.PipelineHalt | None:
+    """What a real-time query's failure means when Spark's Kafka sink could not write a topic (``text``: the
+    query's error): the DLQ topic missing or forbidden is a DeadLetterQueue halt, a destination topic a Config
+    halt (as ``writer.BatchWriter`` decides in micro-batch mode). The Java producer reports a missing topic
+    after ``max.block.ms`` (60 s) of waiting for it. None for any other failure (left to restarts)."""
+    for pattern in _SINK_TOPIC_ERRORS:
+        for found in pattern.finditer(text):
+            topics = {t.strip() for t in found.group(1).split(",")}
+            if spec.dlq.topic in topics:
+                return c.PipelineHalt(
+                    c.DEAD_LETTER_QUEUE, f"cannot write to DLQ topic {spec.dlq.topic}: {found[0]}"
+                )
+            hit = sorted(topics & {d.topic for d in spec.destinations})
+            if hit:
+                return c.PipelineHalt(
+                    c.CONFIG, f"a destination topic cannot be written ({hit[0]}): {found[0]}"
+                )
+    return None
 
 
 def classify(exc: BaseException) -> tuple[int, str]:

@@ -164,3 +164,18 @@ def test_the_openapi_schema_generates(viewer):
     response = client_for(viewer).get("/api/schema/")
     assert response.status_code == 200
     assert b"/api/pipelines/{name}/metrics/" in response.content
+
+
+def test_a_low_latency_spec_with_a_python_only_form_is_a_400_naming_the_field(admin_user):
+    spec = github_spec()
+    spec["delivery"] = {"mode": "effectively_once", "commit_strategy": {"kind": "low_latency"}}
+    spec["destinations"][1]["key_transform"] = "HASH:MURMUR64,/repo/name"
+    response = client_for(admin_user).post(
+        "/api/pipelines/", {"name": "gh", "team": "data-platform", "spec": spec}, format="json"
+    )
+    assert response.status_code == 400
+    body = response.json()
+    assert {"spec.delivery.commit_strategy.kind", "spec.destinations.1.key_transform"} <= set(body)
+    assert "at 0: HASH:MURMUR64,/repo/name needs a Python UDF" in str(
+        body["spec.destinations.1.key_transform"]
+    )

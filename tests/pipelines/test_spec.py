@@ -91,3 +91,71 @@ def test_retry_delays_grow_exponentially_within_the_jitter_band_and_stop_at_the_
     assert retry.delay_ms(3, 0.5) == 400
     assert retry.delay_ms(10, 0.5) == 1000
     assert 80 <= retry.delay_ms(1, 0.0) <= retry.delay_ms(1, 0.999) <= 120
+
+
+def _low_latency(data: dict, **delivery) -> dict:
+    data["delivery"] = {"commit_strategy": {"kind": "low_latency"}, **delivery}
+    return data
+
+
+def test_low_latency_is_accepted_for_at_least_once_with_every_timestamp_defaulting_to_current():
+    spec = parse_spec(_low_latency(github_spec()), pipeline_name="demo")
+    assert spec.delivery.commit_strategy.kind == "low_latency"
+    assert [d.timestamp for d in spec.destinations] == ["CURRENT", "CURRENT"]
+    assert parse_spec(spec.to_json(), pipeline_name="demo") == spec
+
+
+@pytest.mark.parametrize("mode", ["effectively_once", "at_most_once"])
+def test_low_latency_is_refused_for_any_other_delivery_mode(mode):
+    errors = _errors(_low_latency(github_spec(), mode=mode))
+    assert list(errors) == ["delivery.commit_strategy.kind"]
+    assert f"only with delivery mode at_least_once, not {mode}" in errors["delivery.commit_strategy.kind"][0]
+
+
+def test_low_latency_refuses_a_timestamp_rule_the_kafka_sink_cannot_honour():
+    data = _low_latency(github_spec())
+    data["destinations"][0]["timestamp"] = "PRESERVE"
+    data["destinations"][1]["timestamp"] = "ADD:60"
+    errors = _errors(data)
+    assert set(errors) == {"destinations.0.timestamp", "destinations.1.timestamp"}
+    assert "only CURRENT is possible" in errors["destinations.1.timestamp"][0]
+
+
+@pytest.mark.parametrize(
+    ("field", "expression", "missing", "position", "form"),
+    [
+        ("transform", "HASH:MURMUR64,/actor/login,h", "error", 0, "HASH:MURMUR64,/actor/login,h"),
+        ("transform", "TRY:HASH:murmur128,/id,null", "error", 4, "HASH:murmur128,/id"),
+        ("key_transform", "HASH:MURMUR128,/id", "error", 0, "HASH:MURMUR128,/id"),
+        ("transform", "CACHE_LOOKUP:/actor/id,users,MERGE", "error", 0, "CACHE_LOOKUP:/actor/id,users,MERGE"),
+        ("transform", "CACHE_PUT:/actor/id,users", "error", 0, "CACHE_PUT:/actor/id,users"),
+        ("transform", "STRING:REGEX_REPLACE,/type,a*,-", "passthrough", 0, "STRING:REGEX_REPLACE,/type,a*,-"),
+    ],
+)
+def test_low_latency_refuses_a_form_that_needs_a_python_udf_at_its_field_and_position(
+    field, expression, missing, position, form
+):
+    data = _low_latency(github_spec())
+    data["destinations"][1][field] = expression
+    data["error_handling"] = {"missing_field_behavior": missing}
+    errors = _errors(data)
+    assert list(errors) == [f"destinations.1.{field}"]
+    (message,) = errors[f"destinations.1.{field}"]
+    assert message.startswith(f"at {position}: {form} needs a Python UDF"), message
+    assert "low_latency" in message
+
+
+@pytest.mark.parametrize(
+    ("expression", "missing"),
+    [
+        ("HASH:SHA256,/actor/login,h", "error"),  # a built-in digest
+        ("STRING:REGEX_REPLACE,/type,a*,-", "error"),  # empty matches agree outside passthrough mode
+        ("STRING:REGEX_REPLACE,/type,a+,-", "passthrough"),  # cannot match empty
+        ("TRY:STRING:REGEX_REPLACE,/type,a*,-,null", "null"),
+    ],
+)
+def test_low_latency_accepts_the_forms_spark_compiles_to_built_in_functions(expression, missing):
+    data = _low_latency(github_spec())
+    data["destinations"][0]["transform"] = expression
+    data["error_handling"] = {"missing_field_behavior": missing}
+    assert parse_spec(data, pipeline_name="demo").destinations[0].transform == expression

@@ -551,3 +551,44 @@ def test_float_text_is_the_shortest_form_even_where_java_17_prints_more_digits(s
     ]
     got = check_agreement(spark, dests, [msg({"n": n}) for n in JAVA17_LONG_DOUBLES], ev.ErrorHandling())
     assert [o.key for [_, o] in got][:2] == [b"n-6.550648167897426e16", b"n-2.8321410838618858e17"]
+
+
+@pytest.mark.parametrize(
+    ("field", "expression", "missing"),
+    [
+        ("transform", "HASH:MURMUR64,/a,h", "error"),
+        ("transform", "HASH:MD5,/a,h", "error"),
+        ("key_transform", "HASH:MURMUR128,/a", "error"),
+        ("key_transform", "HASH:SHA512,/a", "error"),
+        ("transform", "CACHE_LOOKUP:/a,users,MERGE", "error"),
+        ("transform", "STRING:REGEX_REPLACE,/a,x?,-", "passthrough"),
+        ("transform", "STRING:REGEX_REPLACE,/a,x?,-", "null"),
+        ("transform", "STRING:REGEX_REPLACE,/a,x+,-", "passthrough"),
+        ("transform", "TRY:STRING:REGEX_REPLACE,/a,x?,-,0", "passthrough"),
+        ("transform", "TRY:STRING:REGEX_REPLACE,/a,x?,-,0", "error"),
+    ],
+)
+def test_the_forms_python_forms_names_are_exactly_those_whose_plan_runs_python(
+    spark, field, expression, missing
+):
+    """Spec validation refuses ``python_forms`` for low_latency (Spark real-time mode allows no Python
+    operator): it must name a form exactly when the compiled plan evaluates Python."""
+    from pipelines.dsl.python_forms import python_forms
+
+    handling = ev.ErrorHandling(missing, "passthrough")
+    dest = ev.DestinationSpec(
+        name="d",
+        topic="t",
+        transform=parser.parse_transform(expression) if field == "transform" else None,
+        key_transform=parser.parse_key_transform(expression) if field == "key_transform" else None,
+    )
+    frame, (final,) = stage_destinations(
+        source_frame(spark, [ev.Message(value=b'{"a": "xyz"}', key=b"k")]),
+        [(dest, handling)],
+        source=SourceColumns.kafka(),
+        now_ms=F.lit(NOW_MS),
+        store_factory=lambda: ev.DictStore({}),
+    )
+    plan = frame.select(final.outcome, final.value)._jdf.queryExecution().executedPlan().toString()
+    runs_python = "EvalPython" in plan
+    assert bool(python_forms(dest, handling)) == runs_python, plan
