@@ -474,8 +474,7 @@ class Driver:
                 source_partitions(self.admin, spec.source.topics),
                 self.session.sparkContext.defaultParallelism,
             )
-        if strategy.kind != "low_latency":  # real-time mode runs no Python writer to warm up
-            self._warm_up()
+        self._warm_up()
         reader = (
             self.session.readStream.format("kafka")
             .options(**spark_kafka_options(options.kafka))
