@@ -43,8 +43,6 @@ No Django here (the driver imports it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -263,11 +261,3 @@ def route(enriched: DataFrame, config: WriterConfig, *, metrics_name: str | None
     if metrics_name is not None:
         fated = fated.observe(metrics_name, *metric_columns(config))
     return routed_records(fated, config)
-
-
-def metric_names(config: WriterConfig) -> Sequence[str]:
-    """The names ``metric_columns`` produces, in order."""
-    names = ["consumed"]
-    names += [f"dest:{d.name}:{o}" for d in config.destinations for o in OUTCOMES]
-    names += [f"dlq_type:{t}" for t in _PLAN_ERROR_TYPES]
-    return [*names, "dlq_records"]

@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from typing import cast
+from typing import Any, cast
 
 import pytest
 import redis
@@ -122,6 +122,19 @@ def _percentiles(values: list[int]) -> tuple[float, float]:
     return cuts[49], cuts[98]
 
 
+def _driver(spec: dict[str, Any], pipeline: str, tmp_path, bootstrap: str, *, master: str) -> DriverProcess:
+    """The pipeline's driver as a child process on the test broker and Redis (not started)."""
+    return DriverProcess(
+        spec=spec,
+        pipeline=pipeline,
+        workdir=tmp_path / "driver",
+        bootstrap=bootstrap,
+        redis_url=settings.REDIS_URL,
+        jars=list(settings.SPARK_JARS),
+        master=master,
+    )
+
+
 def test_a_low_latency_pipeline_routes_counts_commits_and_delivers_in_milliseconds(
     tmp_path, kafka_bootstrap, make_topic
 ):
@@ -131,15 +144,8 @@ def test_a_low_latency_pipeline_routes_counts_commits_and_delivers_in_millisecon
     dlq = make_topic("rt-dlq")
     spec = _spec(source, pushes, archive, dlq)
     pipeline = f"rt-{uuid.uuid4().hex[:8]}"
-    driver = DriverProcess(
-        spec=spec,
-        pipeline=pipeline,
-        workdir=tmp_path / "driver",
-        bootstrap=kafka_bootstrap,
-        redis_url=settings.REDIS_URL,
-        jars=list(settings.SPARK_JARS),
-        master="local[4]",  # one long-running task per source partition, plus room for the driver's jobs
-    )
+    # local[4]: one long-running task per source partition, plus room for the driver's jobs
+    driver = _driver(spec, pipeline, tmp_path, kafka_bootstrap, master="local[4]")
     try:
         driver.start()
         phases = set()
@@ -300,15 +306,7 @@ def test_a_low_latency_pipeline_with_more_source_partitions_than_task_slots_refu
     """Real-time mode would silently leave the partitions whose task does not fit unread (Spark 4.2)."""
     source = make_topic("rt-src", partitions=2)
     spec = _spec(source, make_topic("rt-pushes"), make_topic("rt-archive"), make_topic("rt-dlq"))
-    driver = DriverProcess(
-        spec=spec,
-        pipeline=f"rt-{uuid.uuid4().hex[:8]}",
-        workdir=tmp_path / "driver",
-        bootstrap=kafka_bootstrap,
-        redis_url=settings.REDIS_URL,
-        jars=list(settings.SPARK_JARS),
-        master="local[1]",
-    )
+    driver = _driver(spec, f"rt-{uuid.uuid4().hex[:8]}", tmp_path, kafka_bootstrap, master="local[1]")
     try:
         assert driver.start().wait(180) == c.EXIT_CONFIG, driver.log_tail()
     finally:
@@ -328,15 +326,7 @@ def test_a_dlq_that_cannot_be_written_halts_a_low_latency_pipeline(
     kafka_admin.create_topics([NewTopic(dlq, 1, 1)])[dlq].result(timeout=30)
     spec = _spec(source, make_topic("rt-pushes"), make_topic("rt-archive"), dlq)
     pipeline = f"rt-{uuid.uuid4().hex[:8]}"
-    driver = DriverProcess(
-        spec=spec,
-        pipeline=pipeline,
-        workdir=tmp_path / "driver",
-        bootstrap=kafka_bootstrap,
-        redis_url=settings.REDIS_URL,
-        jars=list(settings.SPARK_JARS),
-        master="local[4]",
-    )
+    driver = _driver(spec, pipeline, tmp_path, kafka_bootstrap, master="local[4]")
     try:
         driver.start()
         driver.wait_for(lambda: _heartbeat_phase(pipeline) == "running", 180, "the first real-time batch")
