@@ -118,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--destinations", type=int, default=2)
     parser.add_argument("--mode", default="at_least_once")
+    parser.add_argument(
+        "--realtime", action="store_true", help="the low_latency commit strategy (Spark's real-time mode)"
+    )
     parser.add_argument("--batch", type=int, default=50_000)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--master", default="local[2]")
@@ -137,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         dests = [topics.create(f"d{i}", args.partitions) for i in range(args.destinations)]
         dlq = topics.create("dlq", 1)
         spec = pipeline_spec(source_topics=[backlog], dest_topics=dests, dlq_topic=dlq, mode=args.mode,
-                             batch=args.batch)  # fmt: skip
+                             batch=args.batch, realtime=args.realtime)  # fmt: skip
         with tempfile.TemporaryDirectory(prefix="bench-prof-") as workdir:
             driver = DriverProcess(spec=spec, pipeline=topics.prefix, workdir=Path(workdir),
                                    bootstrap=services.bootstrap, redis_url=services.redis_url,

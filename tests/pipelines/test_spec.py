@@ -105,6 +105,18 @@ def test_low_latency_is_accepted_for_at_least_once_with_every_timestamp_defaulti
     assert parse_spec(spec.to_json(), pipeline_name="demo") == spec
 
 
+def test_low_latencys_interval_is_the_real_time_batch_duration_of_at_least_sparks_minimum():
+    default = parse_spec(_low_latency(github_spec()), pipeline_name="demo").delivery.commit_strategy
+    assert (default.interval_ms, default.realtime_batch_ms()) == (0, 5_000)
+    data = _low_latency(github_spec())
+    data["delivery"]["commit_strategy"]["interval_ms"] = 60_000
+    assert parse_spec(data, pipeline_name="demo").delivery.commit_strategy.realtime_batch_ms() == 60_000
+    data["delivery"]["commit_strategy"]["interval_ms"] = 4_999
+    errors = _errors(data)
+    assert list(errors) == ["delivery.commit_strategy.interval_ms"]
+    assert "real-time batch duration, at least 5,000 ms" in errors["delivery.commit_strategy.interval_ms"][0]
+
+
 @pytest.mark.parametrize("mode", ["effectively_once", "at_most_once"])
 def test_low_latency_is_refused_for_any_other_delivery_mode(mode):
     errors = _errors(_low_latency(github_spec(), mode=mode))

@@ -54,7 +54,7 @@ CASES: list[tuple[bytes, bytes, dict[str, str]]] = [
 ]  # fmt: skip
 
 
-def _spec(source: str, pushes: str, archive: str, dlq: str) -> dict:
+def _spec(source: str, pushes: str, archive: str, dlq: str, *, batch_ms: int = 0) -> dict:
     return {
         "source": {"topics": [source]},
         "destinations": [
@@ -72,7 +72,10 @@ def _spec(source: str, pushes: str, archive: str, dlq: str) -> dict:
                 "headers": {"x-team": "core"},
             },
         ],
-        "delivery": {"mode": "at_least_once", "commit_strategy": {"kind": "low_latency"}},
+        "delivery": {
+            "mode": "at_least_once",
+            "commit_strategy": {"kind": "low_latency", "interval_ms": batch_ms},
+        },
         "dlq": {"topic": dlq},
     }
 
@@ -142,7 +145,8 @@ def test_a_low_latency_pipeline_routes_counts_commits_and_delivers_in_millisecon
     pushes = make_topic("rt-pushes")
     archive = make_topic("rt-archive", config={"max.message.bytes": str(ARCHIVE_LIMIT)})
     dlq = make_topic("rt-dlq")
-    spec = _spec(source, pushes, archive, dlq)
+    # Real-time batches of 7 s instead of the default 5 s: the batch durations below show it reached Spark.
+    spec = _spec(source, pushes, archive, dlq, batch_ms=7_000)
     pipeline = f"rt-{uuid.uuid4().hex[:8]}"
     # local[4]: one long-running task per source partition, plus room for the driver's jobs
     driver = _driver(spec, pipeline, tmp_path, kafka_bootstrap, master="local[4]")
@@ -197,8 +201,11 @@ def test_a_low_latency_pipeline_routes_counts_commits_and_delivers_in_millisecon
         driver.wait_for(lambda: _committed(kafka_bootstrap, group, source, 2) == ends, 60, "the group commit")
         driver.wait_for(lambda: driver.consumed() >= total, 60, "progress for every record")
         assert driver.stop() == c.EXIT_STOPPED, driver.log_tail()
+        batch_ms = [e["duration_ms"] for e in driver.events() if e.get("type") == "progress"]
     finally:
         driver.ensure_stopped()
+    assert batch_ms, "progress at the end of each real-time batch"
+    assert min(batch_ms) >= 7_000, f"real-time batches of the spec's 7 s, got {batch_ms} ms"
 
     # Latency of single records once the query runs: source CreateTime -> destination record timestamp (the
     # sink's producer stamps it when sending: timestamp CURRENT) and -> arrival at a consumer.
