@@ -185,13 +185,17 @@ def pipeline_spec(
     mode: str,
     batch: int,
     realtime: bool = False,
+    realtime_batch_ms: int = 0,
 ) -> dict[str, Any]:
     """The pipeline spec (``pipelines.spec`` JSON) of the benchmark with ``len(dest_topics)`` destinations
     (1 or 2) of :data:`DESTINATIONS`, ``mode`` delivery and ``batch`` records per micro-batch at most; with
-    ``realtime`` the ``low_latency`` commit strategy instead (Spark real-time mode; ``batch`` unused)."""
+    ``realtime`` the ``low_latency`` commit strategy instead (Spark real-time mode; ``batch`` unused) with
+    real-time batches of ``realtime_batch_ms`` (0: the strategy's default, 5 s)."""
     dests = [{**DESTINATIONS[i], "topic": topic} for i, topic in enumerate(dest_topics[: len(DESTINATIONS)])]
     strategy: dict[str, Any] = (
-        {"kind": "low_latency"} if realtime else {"kind": "batch", "max_records": batch}
+        {"kind": "low_latency", "interval_ms": realtime_batch_ms}
+        if realtime
+        else {"kind": "batch", "max_records": batch}
     )
     return {
         "source": {"topics": list(source_topics), "starting_offsets": "earliest"},

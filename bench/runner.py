@@ -80,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
             quick=quick, out_dir=out_dir, batch=batch, master=args.master, repeats=args.repeats,
             latency_rate=args.latency_rate or (1_000 if quick else 2_000),
             latency_seconds=args.latency_seconds or (5 if quick else 20),
-            options={"spark_variants": args.variants.split(",") if args.variants else None},
+            options={"spark_variants": args.variants.split(",") if args.variants else None,
+                     "realtime_batch_ms": args.realtime_batch_ms},
         )  # fmt: skip
         for name in only:
             print(f"- {name}", flush=True)
@@ -109,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
         "repeats": args.repeats,
         "latency_rate": args.latency_rate or (1_000 if quick else 2_000),
         "latency_seconds": args.latency_seconds or (5 if quick else 20),
+        "realtime_batch_ms": args.realtime_batch_ms or 5_000,
         "load": sampler.stop(),
         "python": sys.version.split()[0],
     }
@@ -140,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--master", default="local[2]", help="Spark master of the pipeline runs")
     p.add_argument("--repeats", type=int, default=1, help="Spark variants: run the set this many times")
     p.add_argument("--variants", help="Spark variants, e.g. at_least_once/2,at_most_once/1")
+    p.add_argument("--realtime-batch-ms", type=int, default=0,
+                   help="real-time batch duration of the realtime variant (default 5,000: the strategy's)")  # fmt: skip
     p.add_argument("--latency-rate", type=float, help="offered records/s of the latency phase")
     p.add_argument("--latency-seconds", type=float, help="length of the latency phase")
     p.add_argument("--out", type=Path, default=REPO / "artifacts" / "bench")

@@ -1,7 +1,8 @@
 """Our Spark pipeline: the real driver (``python -m pipelines.spark.driver``, as the supervisor launches it),
 the benchmark's filter/transform on 1 and 2 destinations, in each delivery mode, and at_least_once in Spark's
 real-time mode (``realtime``: the ``low_latency`` commit strategy; its "batches" are real-time batches of 5 s,
-so its progress events are 5 s apart whatever the rate).
+or ``--realtime-batch-ms``, so its progress events are that far apart whatever the rate; it needs a task slot
+per source partition, so a ``local[N]`` master with fewer cores than that is widened for it).
 
 Each variant is one driver run in two phases:
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 import tempfile
 import time
@@ -91,15 +93,18 @@ def run_variant(ctx: Context, mode: str, destinations: int, index: int) -> Measu
     ]
     dlq = topics.create(f"{name}-dlq", 1)
     realtime = mode == "realtime"
+    realtime_batch_ms = int(ctx.options.get("realtime_batch_ms") or 0)
     spec = pipeline_spec(
         source_topics=[ctx.backlog_topic, latency_topic], dest_topics=dest_topics, dlq_topic=dlq,
         mode="at_least_once" if realtime else mode, batch=ctx.batch, realtime=realtime,
+        realtime_batch_ms=realtime_batch_ms,
     )  # fmt: skip
+    master = _realtime_master(ctx.master, 2 * ctx.partitions) if realtime else ctx.master
     n = len(ctx.records)
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as workdir:
         driver = DriverProcess(spec=spec, pipeline=f"{topics.prefix}-{name}", workdir=Path(workdir),
                                bootstrap=services.bootstrap, redis_url=services.redis_url, jars=list(services.jars),
-                               master=ctx.master)  # fmt: skip
+                               master=master)  # fmt: skip
         reader = ProgressReader(services.redis_url, driver.run_id)
         before = load1()
         sampler = LoadSampler().start()
@@ -133,6 +138,8 @@ def run_variant(ctx: Context, mode: str, destinations: int, index: int) -> Measu
         services.bootstrap, latency_topic, dest_topics, since_ms, read_committed=mode == "effectively_once"
     )
     variant = f"{mode}/{destinations}dest"
+    if realtime:
+        variant += f", {(realtime_batch_ms or 5_000) / 1000:g} s batches, {master}"
     print(f"  spark {variant}: {rate:,.0f} records/s sustained ({in_batch:,.0f} inside batches); "
           f"latency {latency_summary(lat)}")  # fmt: skip
     return Measurement(
@@ -158,6 +165,15 @@ def run_variant(ctx: Context, mode: str, destinations: int, index: int) -> Measu
             "dead_lettered": sum(e["dlq_records"] for e in backlog_events),
         },
     )
+
+
+def _realtime_master(master: str, partitions: int) -> str:
+    """``master``, or ``local[partitions]`` when it is ``local[N]`` with fewer cores than the source
+    partitions (real-time mode runs one long-running task per partition and refuses fewer slots)."""
+    match = re.fullmatch(r"local\[(\d+)\]", master)
+    if match and int(match.group(1)) < partitions:
+        return f"local[{partitions}]"
+    return master
 
 
 def variants(ctx: Context) -> list[tuple[str, int]]:
