@@ -15,7 +15,6 @@ import random
 import sys
 import time
 import traceback
-from functools import partial
 from pathlib import Path
 from types import ModuleType
 
@@ -72,21 +71,17 @@ def _run(
 
     from chaos import report
     from chaos.context import Context, FaultResult
-    from chaos.dlq_unwritable import in_state
     from chaos.workload import (
-        Accountant,
         Feeder,
         SourceLog,
+        accountant_for,
         create_topics,
         new_tag,
         setup_team,
         start_pipelines,
         stop_leftovers,
-        topic_limits,
-        wait_until,
+        stop_pipelines,
     )
-    from pipelines.models import PipelineState
-    from pipelines.supervision import request_stop
 
     bootstrap = stack.profile.kafka_bootstrap
     actor = setup_team()
@@ -116,8 +111,7 @@ def _run(
         started = ctx.wait_processing(timeout=600)
         ctx.say(f"pipelines processing after {started}")
         for mode, handle in handles.items():
-            topics = [d.topic for d in handle.spec.destinations] + [handle.spec.dlq.topic]
-            ctx.accountants[mode] = Accountant(handle, topic_limits(bootstrap, topics))
+            ctx.accountants[mode] = accountant_for(handle)
         baseline = FaultResult("baseline", "no fault: the identity before anything is injected")
         ctx.settle(baseline, time.monotonic())
         results.append(baseline)
@@ -146,11 +140,7 @@ def _run(
             except Exception as exc:
                 final.error = f"{type(exc).__name__}: {exc}"
             results.append(final)
-        for handle in handles.values():
-            request_stop(actor=actor, pipeline=handle.refresh(), reason="chaos run finished")
-        for handle in handles.values():
-            ended = (PipelineState.STOPPED, PipelineState.HALTED, PipelineState.FAILED)
-            wait_until(partial(in_state, handle, ended), 150, 1.0)
+        stop_pipelines(actor, handles.values(), reason="chaos run finished")
     passed = all(r.passed for r in results) and feeder.failed == 0
     summary = {
         "tag": tag,

@@ -4,6 +4,7 @@ Supervision restarts it: the beat's reconcile sees the pid gone, ends the run as
 attempt on the same checkpoint after the backoff. Each pipeline is killed independently, in its own
 thread, at points drawn from the run's seeded random source: about 40% during start-up (the JVM booting,
 before the first batch), the rest mid-stream (0-6 s after a batch completed, often inside the next one).
+``kill_pipelines`` and ``record_restarts`` serve ``chaos.kill_low_latency`` too, for its own pipeline.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from django.db import connection
 
 from chaos.context import Context, FaultResult
 from chaos.workload import PipelineHandle, wait_until
+
+#: Kills per pipeline in a quick run and in a full one.
+KILLS_QUICK = 3
+KILLS_FULL = 10
 
 #: The share of kills that land during start-up (JVM booting, query not yet running) rather than mid-stream.
 STARTUP_SHARE = 0.4
@@ -94,13 +99,15 @@ def _kill_one(
     return done, restarts
 
 
-def run(ctx: Context) -> FaultResult:
-    result = FaultResult("kill_driver", TITLE)
-    kills = 3 if ctx.quick else 10
-    began = time.monotonic()
+def kill_pipelines(
+    ctx: Context, handles: dict[str, PipelineHandle], kills: int, result: FaultResult, began: float
+) -> dict[str, tuple[int, list[float]]]:
+    """Kill each pipeline's driver ``kills`` times (``_kill_one``), every pipeline in its own thread, each
+    kill recorded in ``result.actions`` with the seconds since ``began`` (monotonic: the fault's start).
+    Returns {mode: (kills done, seconds from each timed kill until a new run finished a batch)}."""
     restarts: dict[str, tuple[int, list[float]]] = {}
     threads = []
-    for mode, handle in ctx.pipelines.items():
+    for mode, handle in handles.items():
 
         def work(m: str = mode, h: PipelineHandle = handle) -> None:
             restarts[m] = _kill_one(ctx, h, kills, result, began)
@@ -111,8 +118,13 @@ def run(ctx: Context) -> FaultResult:
     for thread in threads:
         while thread.is_alive():
             thread.join(1.0)  # in slices, so Ctrl-C reaches the main thread
-    end = time.monotonic()
-    ctx.settle(result, end)
+    return restarts
+
+
+def record_restarts(result: FaultResult, restarts: dict[str, tuple[int, list[float]]], kills: int) -> None:
+    """Put ``kill_pipelines``' figures into the settled ``result``: per mode the kills done and the restart
+    times (mean and max, seconds; the max becomes the row's recovery time). Fewer kills than ``kills``, or
+    none timed, fails the mode."""
     for mode, (done, times) in restarts.items():
         r = result.modes[mode]
         r.checks["kills"] = done
@@ -121,5 +133,14 @@ def run(ctx: Context) -> FaultResult:
         r.recovery_s = max(times) if times else r.recovery_s  # the worst kill-to-processing time
         if done < kills or not times:
             r.failures.append(f"{done} of {kills} kills done, {len(times)} restarts timed")
+
+
+def run(ctx: Context) -> FaultResult:
+    result = FaultResult("kill_driver", TITLE)
+    kills = KILLS_QUICK if ctx.quick else KILLS_FULL
+    began = time.monotonic()
+    restarts = kill_pipelines(ctx, ctx.pipelines, kills, result, began)
+    ctx.settle(result, time.monotonic())
+    record_restarts(result, restarts, kills)
     result.duration_s = time.monotonic() - began
     return result

@@ -43,6 +43,12 @@ from streamforge_core.kafka import (
 
 MODES = ("at_least_once", "effectively_once")
 SHORT = {"at_least_once": "alo", "effectively_once": "eo", "at_most_once": "amo"}
+#: Each mode's ``delivery`` block: a 2 s processing-time trigger (two drivers share two busy cores).
+EVERY_2_S = {"kind": "time", "interval_ms": 2000}
+DELIVERY: dict[str, dict[str, Any]] = {
+    "at_least_once": {"mode": "at_least_once", "commit_strategy": EVERY_2_S},
+    "effectively_once": {"mode": "effectively_once", "commit_strategy": EVERY_2_S},
+}
 TEAM = "chaos"
 ARCHIVE_MAX_BYTES = demo.ARCHIVE_MAX_BYTES
 
@@ -58,16 +64,21 @@ def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 
         time.sleep(interval)
 
 
+def source_topic(tag: str) -> str:
+    """The run's source topic, which every pipeline of the run reads."""
+    return f"chaos.{tag}.events"
+
+
 def spec_for(mode: str, tag: str) -> dict[str, Any]:
     """The demo's GitHub-events spec (four destinations, the archive with a 256 KiB record limit) on this
-    run's topics, in ``mode``, with a 2 s processing-time trigger (two drivers share two busy cores)."""
+    run's topics, reading from earliest, with ``mode``'s delivery block (``DELIVERY``)."""
     spec = copy.deepcopy(demo.SPEC)
     prefix = f"chaos.{tag}.{SHORT[mode]}"
-    spec["source"] = {"topics": [f"chaos.{tag}.events"], "starting_offsets": "earliest"}
+    spec["source"] = {"topics": [source_topic(tag)], "starting_offsets": "earliest"}
     for dest in spec["destinations"]:
         dest["topic"] = f"{prefix}.{dest['name']}"
     spec["dlq"] = {"topic": f"{prefix}.dlq"}
-    spec["delivery"] = {"mode": mode, "commit_strategy": {"kind": "time", "interval_ms": 2000}}
+    spec["delivery"] = copy.deepcopy(DELIVERY[mode])
     return spec
 
 
@@ -186,6 +197,10 @@ class PipelineHandle:
             and beat.get("phase") == "running"
         )
 
+    def ended(self) -> bool:
+        """Whether the pipeline has no driver and none is coming: STOPPED, HALTED or FAILED."""
+        return self.refresh().state in (PipelineState.STOPPED, PipelineState.HALTED, PipelineState.FAILED)
+
     def committed(self) -> dict[int, int]:
         """{source partition: committed offset} of the pipeline's consumer group (-1001: none yet)."""
         topic = self.spec.source.topics[0]
@@ -235,7 +250,7 @@ def create_topics(bootstrap: str, tag: str, modes: Iterable[str]) -> str:
     """The run's source topic (2 partitions) and each pipeline's archive topic with its smaller record
     limit; the other destination and DLQ topics are created by the pipeline start, as for any pipeline."""
     admin = AdminClient(admin_config(KafkaConnection(bootstrap)))
-    source = f"chaos.{tag}.events"
+    source = source_topic(tag)
     wanted = [NewTopic(source, 2, 1)]
     for mode in modes:
         wanted.append(
@@ -268,6 +283,18 @@ def start_pipelines(
             mode, name, pipeline.pk, parse_spec(raw, pipeline_name=name), bootstrap, redis_url
         )
     return handles
+
+
+def stop_pipelines(
+    actor: User, handles: Iterable[PipelineHandle], reason: str, timeout: float = 150.0
+) -> None:
+    """Ask every pipeline of ``handles`` to stop, then wait up to ``timeout`` seconds for each to end
+    (STOPPED, or HALTED/FAILED when it ended otherwise): its driver is gone once this returns."""
+    stopping = list(handles)
+    for handle in stopping:
+        request_stop(actor=actor, pipeline=handle.refresh(), reason=reason)
+    for handle in stopping:
+        wait_until(handle.ended, timeout, 1.0)
 
 
 def new_tag() -> str:
@@ -338,6 +365,12 @@ class Accountant:
 
     def tallies(self) -> dict[str, Tally]:
         return accounting.tally(self.expected, self.observed)
+
+
+def accountant_for(handle: PipelineHandle) -> Accountant:
+    """An empty accountant for ``handle``, with the record limits of its destination and DLQ topics."""
+    topics = [d.topic for d in handle.spec.destinations] + [handle.spec.dlq.topic]
+    return Accountant(handle, topic_limits(handle.bootstrap, topics))
 
 
 def total(tallies: dict[str, Tally]) -> Tally:
