@@ -3,6 +3,7 @@
 Starts the private ``chaos`` devstack profile (what is not running yet), one pipeline per delivery mode over
 real GitHub events with a share of corrupted ones, a continuous producer, then runs the faults in order and
 checks the accounting identity after each; writes ``artifacts/chaos/report.md`` and ``report.json``.
+The ``kill_low_latency`` fault adds a third pipeline (low_latency, Spark's real-time mode) for its duration.
 Stops the pipelines and exactly the services it started. Exit code 0 when every check passed, 1 when
 anything was lost, an exactly-once expectation failed or a fault's own check failed, 2 on a setup error.
 """
@@ -20,7 +21,17 @@ from types import ModuleType
 
 from chaos.stack import CHAOS_ENV, ChaosStack
 
-FAULTS = ("kill_driver", "broker", "redis_outage", "dlq_unwritable", "bulk_worker", "ingest_kill")
+#: Each fault is the module ``chaos.<name>`` (its ``TITLE`` and ``run(ctx)``), run in this order.
+#: kill_low_latency comes last: its pipeline then reads the whole run's source, replays included.
+FAULTS = (
+    "kill_driver",
+    "broker",
+    "redis_outage",
+    "dlq_unwritable",
+    "bulk_worker",
+    "ingest_kill",
+    "kill_low_latency",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,6 +103,7 @@ def _run(
     feeder.start()
     handles = start_pipelines(actor, tag, modes, bootstrap, stack.profile.redis_url)
     ctx = Context(
+        tag=tag,
         stack=stack,
         bootstrap=bootstrap,
         pipelines=handles,
