@@ -130,9 +130,9 @@ class Context:
         print(f"[chaos {time.strftime('%H:%M:%S')}] {text}", flush=True)
 
     def add_pipeline(self, mode: str, handle: PipelineHandle) -> None:
-        """Check ``handle``'s pipeline from now on, as ``mode``: a pipeline started mid-run, reading the source
-        from earliest. Its accountant expects every source record the earlier checks read (read again from
-        the beginning) and, from the next check on, each window's too."""
+        """Check ``handle``'s pipeline from now on, as ``mode``: a pipeline started mid-run, reading the
+        source from earliest. Its accountant expects every source record the earlier checks read (read again
+        from the beginning) and, from the next check on, each window's too."""
         accountant = accountant_for(handle)
         accountant.add_source(self.source.read_so_far())
         self.pipelines[mode] = handle

@@ -3,7 +3,8 @@
 Supervision restarts it: the beat's reconcile sees the pid gone, ends the run as Killed and launches a new
 attempt on the same checkpoint after the backoff. Each pipeline is killed independently, in its own
 thread, at points drawn from the run's seeded random source: about 40% during start-up (the JVM booting,
-before the first batch), the rest mid-stream (0-6 s after a batch completed, often inside the next one).
+before the first batch), the rest mid-stream (``MIDSTREAM_DELAY_S`` after the run was seen to finish a
+batch, often inside the next one).
 ``kill_pipelines`` and ``record_restarts`` serve ``chaos.kill_low_latency`` too, for its own pipeline.
 """
 
@@ -25,6 +26,9 @@ KILLS_FULL = 10
 
 #: The share of kills that land during start-up (JVM booting, query not yet running) rather than mid-stream.
 STARTUP_SHARE = 0.4
+#: How long a mid-stream kill waits once the run is seen processing (its heartbeat, every 5 s, says a batch
+#: finished): uniform, in seconds. With 2 s micro-batches that is within the next few batches.
+MIDSTREAM_DELAY_S = (0.0, 6.0)
 
 TITLE = "kill -9 of the driver process group at random points (supervision restarts it from the checkpoint)"
 
@@ -35,12 +39,18 @@ def _pid(handle: PipelineHandle) -> int | None:
 
 
 def _kill_one(
-    ctx: Context, handle: PipelineHandle, kills: int, result: FaultResult, began: float
+    ctx: Context,
+    handle: PipelineHandle,
+    kills: int,
+    result: FaultResult,
+    began: float,
+    midstream_delay_s: tuple[float, float],
 ) -> tuple[int, list[float]]:
     """Kill ``handle``'s driver ``kills`` times. A start-up kill lands 3-15 s after the run was launched
     (the next round starts as soon as supervision launched a new run); a mid-stream kill waits until the
-    run finished a batch. Returns (kills done, seconds from each kill until a new run finished a batch,
-    for the kills followed by a mid-stream round or the end)."""
+    run finished a batch, then a random ``midstream_delay_s`` (low, high) seconds. Returns (kills done,
+    seconds from each kill until a new run finished a batch, for the kills followed by a mid-stream round
+    or the end)."""
     restarts: list[float] = []
     done = 0
     last_kill: tuple[float, object] | None = None  # (when, run id) of a kill whose restart is not timed yet
@@ -59,7 +69,7 @@ def _kill_one(
                 if last_kill is not None:
                     restarts.append(time.monotonic() - last_kill[0])
                     last_kill = None
-                time.sleep(ctx.rng.uniform(0.0, 6.0))
+                time.sleep(ctx.rng.uniform(*midstream_delay_s))
             run = handle.active_run()
             if run is None or run.pid is None:
                 continue
@@ -100,7 +110,12 @@ def _kill_one(
 
 
 def kill_pipelines(
-    ctx: Context, handles: dict[str, PipelineHandle], kills: int, result: FaultResult, began: float
+    ctx: Context,
+    handles: dict[str, PipelineHandle],
+    kills: int,
+    result: FaultResult,
+    began: float,
+    midstream_delay_s: tuple[float, float] = MIDSTREAM_DELAY_S,
 ) -> dict[str, tuple[int, list[float]]]:
     """Kill each pipeline's driver ``kills`` times (``_kill_one``), every pipeline in its own thread, each
     kill recorded in ``result.actions`` with the seconds since ``began`` (monotonic: the fault's start).
@@ -110,7 +125,7 @@ def kill_pipelines(
     for mode, handle in handles.items():
 
         def work(m: str = mode, h: PipelineHandle = handle) -> None:
-            restarts[m] = _kill_one(ctx, h, kills, result, began)
+            restarts[m] = _kill_one(ctx, h, kills, result, began, midstream_delay_s)
 
         thread = threading.Thread(target=work, name=f"kill-{mode}", daemon=True)
         thread.start()
