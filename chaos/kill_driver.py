@@ -45,18 +45,24 @@ def _kill_one(
     result: FaultResult,
     began: float,
     midstream_delay_s: tuple[float, float],
+    ensure_midstream: bool,
 ) -> tuple[int, list[float]]:
     """Kill ``handle``'s driver ``kills`` times. A start-up kill lands 3-15 s after the run was launched
     (the next round starts as soon as supervision launched a new run); a mid-stream kill waits until the
-    run finished a batch, then a random ``midstream_delay_s`` (low, high) seconds. Returns (kills done,
+    run finished a batch, then a random ``midstream_delay_s`` (low, high) seconds. With
+    ``ensure_midstream`` the last kill is a mid-stream one when none was before. Returns (kills done,
     seconds from each kill until a new run finished a batch, for the kills followed by a mid-stream round
     or the end)."""
     restarts: list[float] = []
     done = 0
+    midstream_done = False
     last_kill: tuple[float, object] | None = None  # (when, run id) of a kill whose restart is not timed yet
     try:
         for n in range(1, kills + 1):
+            # Drawn even when overruled, so the seeded sequence of draws stays the same.
             during_startup = ctx.rng.random() < STARTUP_SHARE
+            if ensure_midstream and n == kills and not midstream_done:
+                during_startup = False
             if wait_until(lambda: _pid(handle) is not None, 300, 0.5) is None:
                 result.actions.append(f"{handle.mode}: no active run to kill (kill {n})")
                 break
@@ -82,6 +88,7 @@ def _kill_one(
                 continue
             killed_at = time.monotonic()
             done += 1
+            midstream_done = midstream_done or not during_startup
             last_kill = (killed_at, run.run_id)
             result.actions.append(
                 f"+{killed_at - began:.0f}s {handle.mode}: kill -9 #{n} of pgid {run.pid} (attempt {run.attempt}, "
@@ -116,16 +123,18 @@ def kill_pipelines(
     result: FaultResult,
     began: float,
     midstream_delay_s: tuple[float, float] = MIDSTREAM_DELAY_S,
+    ensure_midstream: bool = False,
 ) -> dict[str, tuple[int, list[float]]]:
-    """Kill each pipeline's driver ``kills`` times (``_kill_one``), every pipeline in its own thread, each
-    kill recorded in ``result.actions`` with the seconds since ``began`` (monotonic: the fault's start).
-    Returns {mode: (kills done, seconds from each timed kill until a new run finished a batch)}."""
+    """Kill each pipeline's driver ``kills`` times (``_kill_one``, which says what ``midstream_delay_s``
+    and ``ensure_midstream`` do), every pipeline in its own thread, each kill recorded in
+    ``result.actions`` with the seconds since ``began`` (monotonic: the fault's start). Returns {mode:
+    (kills done, seconds from each timed kill until a new run finished a batch)}."""
     restarts: dict[str, tuple[int, list[float]]] = {}
     threads = []
     for mode, handle in handles.items():
 
         def work(m: str = mode, h: PipelineHandle = handle) -> None:
-            restarts[m] = _kill_one(ctx, h, kills, result, began, midstream_delay_s)
+            restarts[m] = _kill_one(ctx, h, kills, result, began, midstream_delay_s, ensure_midstream)
 
         thread = threading.Thread(target=work, name=f"kill-{mode}", daemon=True)
         thread.start()

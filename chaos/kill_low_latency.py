@@ -4,13 +4,15 @@ low_latency runs the pipeline in Spark's real-time mode (``pipelines.spark.drive
 write each record through Spark's Kafka sink as it comes, and only at the end of each 5 s real-time batch
 does the checkpoint advance and a listener commit the consumer group. A mid-stream kill therefore lands
 inside a batch, and the restarted run, resuming from the last batch in the checkpoint, writes again what
-that batch had written (nothing when the kill lands in the second or two a batch takes to start writing).
+that batch had written (nothing when the kill lands in the seconds the first batches after a start take
+to begin writing).
 Those are the duplicates: allowed (at_least_once) and counted; a lost record fails the fault.
 
 The pipeline lives only during this fault: started here (its own destination and DLQ topics, reading the
 run's source topic from earliest, so the identity covers every source record of the run), killed like
 ``chaos.kill_driver`` kills the others (same code, same seeded start-up points, later mid-stream points:
-``MIDSTREAM_DELAY_S``), checked, then stopped, so the other faults and the delivery modes' pipelines run
+``MIDSTREAM_DELAY_S``, and at least one mid-stream kill: a quick run's three kills are all start-up kills
+one seed in sixteen), checked, then stopped, so the other faults and the delivery modes' pipelines run
 as without it and the two cores carry a third driver for a few minutes only. The check covers the other
 pipelines' window too.
 
@@ -57,7 +59,9 @@ def run(ctx: Context) -> FaultResult:
     try:
         # Its accountant is made after the kills: reading the whole source again takes a while, and the
         # kills' start-up points count from the launch.
-        restarts = kill_pipelines(ctx, {LOW_LATENCY: handle}, kills, result, began, MIDSTREAM_DELAY_S)
+        restarts = kill_pipelines(
+            ctx, {LOW_LATENCY: handle}, kills, result, began, MIDSTREAM_DELAY_S, ensure_midstream=True
+        )
         end = time.monotonic()
         ctx.add_pipeline(LOW_LATENCY, handle)
         ctx.settle(result, end)
