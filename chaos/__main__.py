@@ -3,6 +3,7 @@
 Starts the private ``chaos`` devstack profile (what is not running yet), one pipeline per delivery mode over
 real GitHub events with a share of corrupted ones, a continuous producer, then runs the faults in order and
 checks the accounting identity after each; writes ``artifacts/chaos/report.md`` and ``report.json``.
+The ``kill_low_latency`` fault adds a third pipeline (low_latency, Spark's real-time mode) for its duration.
 Stops the pipelines and exactly the services it started. Exit code 0 when every check passed, 1 when
 anything was lost, an exactly-once expectation failed or a fault's own check failed, 2 on a setup error.
 """
@@ -15,13 +16,22 @@ import random
 import sys
 import time
 import traceback
-from functools import partial
 from pathlib import Path
 from types import ModuleType
 
 from chaos.stack import CHAOS_ENV, ChaosStack
 
-FAULTS = ("kill_driver", "broker", "redis_outage", "dlq_unwritable", "bulk_worker", "ingest_kill")
+#: Each fault is the module ``chaos.<name>`` (its ``TITLE`` and ``run(ctx)``), run in this order.
+#: kill_low_latency comes last: its pipeline then reads the whole run's source, replays included.
+FAULTS = (
+    "kill_driver",
+    "broker",
+    "redis_outage",
+    "dlq_unwritable",
+    "bulk_worker",
+    "ingest_kill",
+    "kill_low_latency",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,21 +82,17 @@ def _run(
 
     from chaos import report
     from chaos.context import Context, FaultResult
-    from chaos.dlq_unwritable import in_state
     from chaos.workload import (
-        Accountant,
         Feeder,
         SourceLog,
+        accountant_for,
         create_topics,
         new_tag,
         setup_team,
         start_pipelines,
         stop_leftovers,
-        topic_limits,
-        wait_until,
+        stop_pipelines,
     )
-    from pipelines.models import PipelineState
-    from pipelines.supervision import request_stop
 
     bootstrap = stack.profile.kafka_bootstrap
     actor = setup_team()
@@ -97,6 +103,7 @@ def _run(
     feeder.start()
     handles = start_pipelines(actor, tag, modes, bootstrap, stack.profile.redis_url)
     ctx = Context(
+        tag=tag,
         stack=stack,
         bootstrap=bootstrap,
         pipelines=handles,
@@ -116,8 +123,7 @@ def _run(
         started = ctx.wait_processing(timeout=600)
         ctx.say(f"pipelines processing after {started}")
         for mode, handle in handles.items():
-            topics = [d.topic for d in handle.spec.destinations] + [handle.spec.dlq.topic]
-            ctx.accountants[mode] = Accountant(handle, topic_limits(bootstrap, topics))
+            ctx.accountants[mode] = accountant_for(handle)
         baseline = FaultResult("baseline", "no fault: the identity before anything is injected")
         ctx.settle(baseline, time.monotonic())
         results.append(baseline)
@@ -146,11 +152,7 @@ def _run(
             except Exception as exc:
                 final.error = f"{type(exc).__name__}: {exc}"
             results.append(final)
-        for handle in handles.values():
-            request_stop(actor=actor, pipeline=handle.refresh(), reason="chaos run finished")
-        for handle in handles.values():
-            ended = (PipelineState.STOPPED, PipelineState.HALTED, PipelineState.FAILED)
-            wait_until(partial(in_state, handle, ended), 150, 1.0)
+        stop_pipelines(actor, handles.values(), reason="chaos run finished")
     passed = all(r.passed for r in results) and feeder.failed == 0
     summary = {
         "tag": tag,

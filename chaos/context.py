@@ -3,7 +3,8 @@
 After each fault the run waits until every pipeline has committed the source offsets that existed when
 the fault ended, then checks the accounting identity: for the source records of the fault's window,
 lost / wrong outcomes / reroutes; for everything so far, duplicates (the change since the last check is
-the fault's) and lost (must stay 0).
+the fault's) and lost (must stay 0). A pipeline that joins the run during a fault (``add_pipeline``: it
+reads the source from earliest) has every source record so far in its first window.
 """
 
 from __future__ import annotations
@@ -18,7 +19,15 @@ from django.contrib.auth.models import User
 
 from chaos import accounting
 from chaos.stack import ChaosStack
-from chaos.workload import Accountant, Feeder, PipelineHandle, SourceLog, total, wait_until
+from chaos.workload import (
+    Accountant,
+    Feeder,
+    PipelineHandle,
+    SourceLog,
+    accountant_for,
+    total,
+    wait_until,
+)
 
 
 @dataclass
@@ -98,9 +107,11 @@ class FaultResult:
 
 @dataclass
 class Context:
-    """The run: the stack, the pipelines by mode, the producer, the accountants, the random source (seeded,
-    so a run's fault points can be replayed), quick or full, and the admin acting for operators."""
+    """The run: its tag (in its topic and pipeline names), the stack, the pipelines by mode, the producer,
+    the accountants, the random source (seeded, so a run's fault points can be replayed), quick or full, and
+    the admin acting for operators."""
 
+    tag: str
     stack: ChaosStack
     bootstrap: str
     pipelines: dict[str, PipelineHandle]
@@ -112,9 +123,28 @@ class Context:
     quick: bool
     catch_up_timeout: float = 300.0
     _dups_before: dict[str, int] = field(default_factory=dict)
+    #: Modes added since the last check: their window is every source record so far, not the slice since.
+    _joined: set[str] = field(default_factory=set)
 
     def say(self, text: str) -> None:
         print(f"[chaos {time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+    def add_pipeline(self, mode: str, handle: PipelineHandle) -> None:
+        """Check ``handle``'s pipeline from now on, as ``mode``: a pipeline started mid-run, reading the
+        source from earliest. Its accountant expects every source record the earlier checks read (read again
+        from the beginning) and, from the next check on, each window's too."""
+        accountant = accountant_for(handle)
+        accountant.add_source(self.source.read_so_far())
+        self.pipelines[mode] = handle
+        self.accountants[mode] = accountant
+        self._joined.add(mode)
+
+    def remove_pipeline(self, mode: str) -> None:
+        """Stop checking ``mode``'s pipeline (its fault stopped it)."""
+        del self.pipelines[mode]
+        del self.accountants[mode]
+        self._dups_before.pop(mode, None)
+        self._joined.discard(mode)
 
     def wait_processing(self, timeout: float = 300.0) -> dict[str, float | None]:
         """Wait until every pipeline's active run has finished a batch; seconds per mode (None: timeout)."""
@@ -141,11 +171,14 @@ class Context:
             accountant.add_source(records)
             accountant.read_outputs()
             everything = total(accountant.tallies())
+            # A pipeline added since the last check read every source record during this window.
+            keys = list(accountant.expected) if mode in self._joined else window
+            self._joined.discard(mode)
             in_window = total(
-                accounting.tally({k: accountant.expected[k] for k in window}, accountant.observed)
+                accounting.tally({k: accountant.expected[k] for k in keys}, accountant.observed)
             )
             r = result.modes[mode]
-            r.produced = len(window)
+            r.produced = len(keys)
             r.lost, r.lost_total = in_window.lost, everything.lost
             r.duplicates = everything.duplicates - self._dups_before.get(mode, 0)
             r.duplicates_total = everything.duplicates

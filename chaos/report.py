@@ -37,10 +37,12 @@ def write(out: Path, run: dict[str, Any], faults: list[FaultResult]) -> tuple[Pa
         + ", ".join(f"`{k}={v}`" for k, v in run["env"].items())
         + ".",
         "",
-        "Columns: *produced* = source records in the fault's window (for the bulk fault: messages selected; "
-        "for the ingest fault: DLQ records); *lost* = expected somewhere, found nowhere; *duplicates* = extra "
-        "copies that appeared during the window (summed over destinations; effectively_once is read with "
-        "read_committed); *recovery* = seconds from the end of the fault until the pipeline committed every "
+        "Columns: *mode* = the pipeline's delivery mode, or low_latency (at_least_once in Spark's real-time "
+        "mode, run only during its own fault); *produced* = source records in the fault's window (for the "
+        "bulk fault: messages selected; for the ingest fault: DLQ records; for low_latency: every source "
+        "record of the run, which it reads from earliest); *lost* = expected somewhere, found nowhere; "
+        "*duplicates* = extra copies that appeared during the window (summed over destinations; "
+        "effectively_once is read with read_committed); *recovery* = seconds from the end of the fault until the pipeline committed every "
         "source offset that existed then (kills: the worst kill-to-processing time; bulk: kill to completed; "
         "ingest: until every DLQ record had its row).",
         "",

@@ -1,6 +1,10 @@
 """What the faults run against: one pipeline per delivery mode over one shared source topic, a continuous
 producer of real GitHub events (a share of them corrupted), and the accountant that checks the identity.
 
+The harness calls each pipeline by its mode: a delivery mode (``MODES``, one pipeline each for the whole
+run), or ``LOW_LATENCY``, an at_least_once pipeline in Spark's real-time mode that only its own fault runs
+(``chaos.kill_low_latency``).
+
 Every run gets a fresh tag, so its topics, pipelines, consumer groups and checkpoints start empty: the
 identity covers every source offset of this run and nothing else. Django must be set up before import.
 """
@@ -42,7 +46,18 @@ from streamforge_core.kafka import (
 )
 
 MODES = ("at_least_once", "effectively_once")
-SHORT = {"at_least_once": "alo", "effectively_once": "eo", "at_most_once": "amo"}
+#: The low_latency commit strategy's pipeline (Spark's real-time mode, at_least_once only): started and
+#: stopped by its own fault, so the other faults keep two drivers on the two cores.
+LOW_LATENCY = "low_latency"
+SHORT = {"at_least_once": "alo", "effectively_once": "eo", "at_most_once": "amo", LOW_LATENCY: "ll"}
+#: Each mode's ``delivery`` block: the delivery modes with a 2 s processing-time trigger (two drivers share
+#: two busy cores); low_latency in real-time mode, whose 5 s real-time batches are its commits.
+EVERY_2_S = {"kind": "time", "interval_ms": 2000}
+DELIVERY: dict[str, dict[str, Any]] = {
+    "at_least_once": {"mode": "at_least_once", "commit_strategy": EVERY_2_S},
+    "effectively_once": {"mode": "effectively_once", "commit_strategy": EVERY_2_S},
+    LOW_LATENCY: {"mode": "at_least_once", "commit_strategy": {"kind": "low_latency"}},
+}
 TEAM = "chaos"
 ARCHIVE_MAX_BYTES = demo.ARCHIVE_MAX_BYTES
 
@@ -58,16 +73,21 @@ def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 
         time.sleep(interval)
 
 
+def source_topic(tag: str) -> str:
+    """The run's source topic, which every pipeline of the run reads."""
+    return f"chaos.{tag}.events"
+
+
 def spec_for(mode: str, tag: str) -> dict[str, Any]:
     """The demo's GitHub-events spec (four destinations, the archive with a 256 KiB record limit) on this
-    run's topics, in ``mode``, with a 2 s processing-time trigger (two drivers share two busy cores)."""
+    run's topics, reading from earliest, with ``mode``'s delivery block (``DELIVERY``)."""
     spec = copy.deepcopy(demo.SPEC)
     prefix = f"chaos.{tag}.{SHORT[mode]}"
-    spec["source"] = {"topics": [f"chaos.{tag}.events"], "starting_offsets": "earliest"}
+    spec["source"] = {"topics": [source_topic(tag)], "starting_offsets": "earliest"}
     for dest in spec["destinations"]:
         dest["topic"] = f"{prefix}.{dest['name']}"
     spec["dlq"] = {"topic": f"{prefix}.dlq"}
-    spec["delivery"] = {"mode": mode, "commit_strategy": {"kind": "time", "interval_ms": 2000}}
+    spec["delivery"] = copy.deepcopy(DELIVERY[mode])
     return spec
 
 
@@ -186,6 +206,10 @@ class PipelineHandle:
             and beat.get("phase") == "running"
         )
 
+    def ended(self) -> bool:
+        """Whether the pipeline has no driver and none is coming: STOPPED, HALTED or FAILED."""
+        return self.refresh().state in (PipelineState.STOPPED, PipelineState.HALTED, PipelineState.FAILED)
+
     def committed(self) -> dict[int, int]:
         """{source partition: committed offset} of the pipeline's consumer group (-1001: none yet)."""
         topic = self.spec.source.topics[0]
@@ -232,23 +256,33 @@ def stop_leftovers(actor: User) -> list[str]:
 
 
 def create_topics(bootstrap: str, tag: str, modes: Iterable[str]) -> str:
-    """The run's source topic (2 partitions) and each pipeline's archive topic with its smaller record
-    limit; the other destination and DLQ topics are created by the pipeline start, as for any pipeline."""
-    admin = AdminClient(admin_config(KafkaConnection(bootstrap)))
-    source = f"chaos.{tag}.events"
-    wanted = [NewTopic(source, 2, 1)]
-    for mode in modes:
-        wanted.append(
-            NewTopic(
-                f"chaos.{tag}.{SHORT[mode]}.archive",
-                2,
-                1,
-                config={"max.message.bytes": str(ARCHIVE_MAX_BYTES)},
-            )
-        )
-    for future in admin.create_topics(wanted).values():
-        future.result(timeout=30)
+    """The run's source topic (2 partitions) and each pipeline's archive topic (``create_archive_topics``);
+    returns the source topic's name."""
+    source = source_topic(tag)
+    _create(bootstrap, [NewTopic(source, 2, 1), *_archive_topics(tag, modes)])
     return source
+
+
+def create_archive_topics(bootstrap: str, tag: str, modes: Iterable[str]) -> None:
+    """Each pipeline's archive topic with its smaller record limit (``ARCHIVE_MAX_BYTES``), for a pipeline
+    that joins the run later; the other destination and DLQ topics are created by the pipeline start, as
+    for any pipeline."""
+    _create(bootstrap, _archive_topics(tag, modes))
+
+
+def _archive_topics(tag: str, modes: Iterable[str]) -> list[NewTopic]:
+    return [
+        NewTopic(
+            f"chaos.{tag}.{SHORT[mode]}.archive", 2, 1, config={"max.message.bytes": str(ARCHIVE_MAX_BYTES)}
+        )
+        for mode in modes
+    ]
+
+
+def _create(bootstrap: str, topics: list[NewTopic]) -> None:
+    admin = AdminClient(admin_config(KafkaConnection(bootstrap)))
+    for future in admin.create_topics(topics).values():
+        future.result(timeout=30)
 
 
 def start_pipelines(
@@ -268,6 +302,18 @@ def start_pipelines(
             mode, name, pipeline.pk, parse_spec(raw, pipeline_name=name), bootstrap, redis_url
         )
     return handles
+
+
+def stop_pipelines(
+    actor: User, handles: Iterable[PipelineHandle], reason: str, timeout: float = 150.0
+) -> None:
+    """Ask every pipeline of ``handles`` to stop, then wait up to ``timeout`` seconds for each to end
+    (STOPPED, or HALTED/FAILED when it ended otherwise): its driver is gone once this returns."""
+    stopping = list(handles)
+    for handle in stopping:
+        request_stop(actor=actor, pipeline=handle.refresh(), reason=reason)
+    for handle in stopping:
+        wait_until(handle.ended, timeout, 1.0)
 
 
 def new_tag() -> str:
@@ -296,6 +342,11 @@ class SourceLog:
         self.next = {p: max(self.next.get(p, 0), e) for p, e in ends.items()}
         self.count += len(records)
         return records
+
+    def read_so_far(self) -> list[Record]:
+        """Every record the earlier reads covered, from the beginning again (for a pipeline that joins the
+        run later and reads from earliest: its accountant must expect all of them)."""
+        return accounting.consume_all(self.bootstrap, self.topic, ends=self.next, timeout=300)
 
 
 @dataclass
@@ -338,6 +389,12 @@ class Accountant:
 
     def tallies(self) -> dict[str, Tally]:
         return accounting.tally(self.expected, self.observed)
+
+
+def accountant_for(handle: PipelineHandle) -> Accountant:
+    """An empty accountant for ``handle``, with the record limits of its destination and DLQ topics."""
+    topics = [d.topic for d in handle.spec.destinations] + [handle.spec.dlq.topic]
+    return Accountant(handle, topic_limits(handle.bootstrap, topics))
 
 
 def total(tallies: dict[str, Tally]) -> Tally:
