@@ -23,6 +23,7 @@ from django.conf import settings
 
 from streamforge_core import contract as c
 from streamforge_core.kafka import KafkaConnection, consumer_config, producer_config
+from tests.pipelines.conftest import github_spec
 from tests.pipelines.spark.harness import DriverProcess, Record, consume_all, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.spark]
@@ -55,29 +56,20 @@ CASES: list[tuple[bytes, bytes, dict[str, str]]] = [
 
 
 def _spec(source: str, pushes: str, archive: str, dlq: str, *, batch_ms: int = 0) -> dict:
-    return {
-        "source": {"topics": [source]},
-        "destinations": [
-            {
-                "name": "pushes",
-                "topic": pushes,
-                "filter": "/type,==,PushEvent",
-                "transform": "EXTRACT:/actor/login,login",
-            },
-            {
-                "name": "archive",
-                "topic": archive,
-                "filter": "EXISTS:/id",
-                "key_transform": "/id",
-                "headers": {"x-team": "core"},
-            },
-        ],
-        "delivery": {
-            "mode": "at_least_once",
-            "commit_strategy": {"kind": "low_latency", "interval_ms": batch_ms},
-        },
-        "dlq": {"topic": dlq},
+    """The shared GitHub spec with an archive in place of pull requests, in low_latency."""
+    spec = github_spec(source=source, pushes=pushes, dlq=dlq)
+    spec["destinations"][1] = {
+        "name": "archive",
+        "topic": archive,
+        "filter": "EXISTS:/id",
+        "key_transform": "/id",
+        "headers": {"x-team": "core"},
     }
+    spec["delivery"] = {
+        "mode": "at_least_once",
+        "commit_strategy": {"kind": "low_latency", "interval_ms": batch_ms},
+    }
+    return spec
 
 
 def _heartbeat_phase(pipeline: str) -> str | None:
