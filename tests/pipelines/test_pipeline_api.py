@@ -179,3 +179,16 @@ def test_a_low_latency_spec_with_a_python_only_form_is_a_400_naming_the_field(ad
     assert "at 0: HASH:MURMUR64,/repo/name needs a Python UDF" in str(
         body["spec.destinations.1.key_transform"]
     )
+
+
+@pytest.mark.parametrize("interval", [4_999, "five seconds", -1])
+def test_a_low_latency_batch_duration_below_sparks_minimum_or_not_a_number_is_a_400_naming_the_field(
+    admin_user, interval
+):
+    spec = github_spec()
+    spec["delivery"] = {"commit_strategy": {"kind": "low_latency", "interval_ms": interval}}
+    response = client_for(admin_user).post(
+        "/api/pipelines/", {"name": "gh", "team": "data-platform", "spec": spec}, format="json"
+    )
+    assert response.status_code == 400
+    assert list(response.json()) == ["spec.delivery.commit_strategy.interval_ms"]
