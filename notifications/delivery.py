@@ -34,6 +34,15 @@ EXCERPT_CHARS = 500
 BACKOFF_CAP = 3600.0
 
 
+def slack_escape(text: str) -> str:
+    """``text`` made inert for a Slack message: ``&``, ``<`` and ``>`` become ``&amp;``, ``&lt;`` and ``&gt;``
+    (Slack's rule, "Escaping text" in its message-formatting documentation; ``&`` first, so an entity
+    already in the text stays visible as typed). Nothing else is touched: Slack reads only these three as
+    control characters, so no ``<!channel>``, ``<@user>`` or ``<http://...|label>`` can come from a value
+    another person wrote (an error type, a reason, a name)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def sign(secret: str, timestamp: str, body: bytes) -> str:
     """The signature header value for ``body`` sent at ``timestamp`` (unix seconds as text)."""
     mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
@@ -126,7 +135,9 @@ def send(notification: Notification) -> Outcome:
             return _post(channel.url, body, headers)
         if channel.kind == ChannelKind.SLACK:
             url = sealing.unseal(channel.secret_encrypted)
-            text = f"*{notification.title}*\n{notification.text}"
+            # Every value in a notification's title and text (error types, reasons, names, digests of
+            # titles) is someone's data: escaped here, where it becomes Slack markup, the one way out.
+            text = f"*{slack_escape(notification.title)}*\n{slack_escape(notification.text)}"
             body = json.dumps({"text": text}).encode()
             return _post(url, body, {"Content-Type": "application/json"}, secret=url)
         return _send_email(channel, notification)
