@@ -13,11 +13,10 @@ import hmac
 import json
 import random
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from datetime import timedelta
 
+import urllib3
 from django.conf import settings
 from django.core.mail import EmailMessage
 from django.db import transaction
@@ -98,23 +97,30 @@ def webhook_body(notification: Notification) -> bytes:
 
 
 def _post(url: str, body: bytes, headers: dict[str, str], *, secret: str = "") -> Outcome:
-    problem = targets.target_problem(url)
-    if problem is not None:  # checked on save too; a name may resolve elsewhere by now
-        return Outcome(ok=False, error=problem.replace(secret, sealing.mask(secret)) if secret else problem)
-    request = urllib.request.Request(url, data=body, method="POST", headers=headers)  # noqa: S310 (http(s) only, checked on save)
+    """POST through ``targets.post``: the host resolved once, checked, and connected to at the checked
+    address (checked on save too; a name may resolve elsewhere by now). A 2xx answer is a success, anything
+    else (a redirect included: never followed) a failure with the start of the answer."""
+
+    def masked(text: str) -> str:
+        # An error may quote the address; a Slack URL is a secret, so it is never written down in clear.
+        return text.replace(secret, sealing.mask(secret)) if secret else text
+
     try:
-        with targets.OPENER.open(request, timeout=settings.NOTIFY_TIMEOUT_SECONDS) as response:
-            text = response.read(EXCERPT_CHARS).decode(errors="replace")
-            return Outcome(ok=True, status_code=response.status, response=text)
-    except urllib.error.HTTPError as exc:
-        text = exc.read(EXCERPT_CHARS).decode(errors="replace")
-        return Outcome(ok=False, status_code=exc.code, error=f"HTTP {exc.code} {exc.reason}", response=text)
-    except (OSError, ValueError) as exc:
-        # The error may quote the address; a Slack URL is a secret, so it is never written down in clear.
-        message = f"{type(exc).__name__}: {exc}"
-        if secret:
-            message = message.replace(secret, sealing.mask(secret))
-        return Outcome(ok=False, error=message[:1000])
+        answer = targets.post(
+            url, body, headers, timeout=settings.NOTIFY_TIMEOUT_SECONDS, limit=EXCERPT_CHARS
+        )
+    except targets.TargetRefused as exc:
+        return Outcome(ok=False, error=masked(str(exc)))
+    except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+        # urllib3 wraps the socket's error (ConnectionRefusedError, a timeout): that one says what happened.
+        cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+        return Outcome(ok=False, error=masked(f"{type(cause).__name__}: {cause}")[:1000])
+    text = answer.body.decode(errors="replace")
+    if 200 <= answer.status < 300:
+        return Outcome(ok=True, status_code=answer.status, response=text)
+    return Outcome(
+        ok=False, status_code=answer.status, error=f"HTTP {answer.status} {answer.reason}", response=text
+    )
 
 
 def send(notification: Notification) -> Outcome:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import urllib.error
-import urllib.request
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -269,12 +267,12 @@ def test_a_delivery_does_not_follow_a_redirect():
     server = ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{server.server_address[1]}/hook", data=b"{}", method="POST"
-        )
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            targets.OPENER.open(request, timeout=5)
-        assert refused.value.code == 302
+        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        answer = targets.post(url, b"{}", {}, timeout=5, limit=100)
+        assert answer.status == 302
+        outcome = delivery._post(url, b"{}", {})
+        assert not outcome.ok
+        assert outcome.error == "HTTP 302 Found"
         assert followed == []
     finally:
         server.shutdown()
