@@ -43,6 +43,7 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | STREAMFORGE_DLQ_PRODUCE_TIMEOUT | 20 | seconds a replayed record may take to be acknowledged (Kafka delivery.timeout.ms) |
 | STREAMFORGE_DLQ_RETENTION_DAYS | 30 | days replayed and skipped dead letters are kept where no team or pipeline policy says otherwise (0: forever) |
 | STREAMFORGE_DLQ_BULK_APPROVAL_THRESHOLD | 1000 | bulk actions selecting more messages than this need an approver |
+| STREAMFORGE_DLQ_BULK_APPROVAL_WINDOW | 3600 | seconds over which one person's bulk selections add up against that threshold |
 | STREAMFORGE_CELERY_QUEUE | celery | the Celery queue the web process sends tasks to and workers read (tests on a shared Redis use their own) |
 | STREAMFORGE_DLQ_BULK_STALE | 60 | seconds without a bulk worker heartbeat before another takes over (keep above the produce timeout + 25) |
 | STREAMFORGE_BEHIND_PROXY | false | trust the proxy's X-Forwarded-Proto (HTTPS) and X-Forwarded-For (client address) |
@@ -286,6 +287,7 @@ DLQ_MASKED_HEADERS = env_list("STREAMFORGE_DLQ_MASKED_HEADERS", [])
 DLQ_MASK_KEYS = env_bool("STREAMFORGE_DLQ_MASK_KEYS", False)
 DLQ_PRODUCE_TIMEOUT_SECONDS = env_int("STREAMFORGE_DLQ_PRODUCE_TIMEOUT", 20, minimum=1)
 DLQ_BULK_APPROVAL_THRESHOLD = env_int("STREAMFORGE_DLQ_BULK_APPROVAL_THRESHOLD", 1000, minimum=0)
+DLQ_BULK_APPROVAL_WINDOW_SECONDS = env_int("STREAMFORGE_DLQ_BULK_APPROVAL_WINDOW", 3600, minimum=0)
 DLQ_RETENTION_DAYS = env_int("STREAMFORGE_DLQ_RETENTION_DAYS", 30, minimum=0)
 DLQ_BULK_STALE_SECONDS = env_int("STREAMFORGE_DLQ_BULK_STALE", 60, minimum=5)
 

@@ -33,7 +33,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db import connection, connections, transaction
-from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -106,11 +106,11 @@ BULK_TRANSITIONS: Mapping[str, BulkTransition] = {
         # audit event, what it does
         BulkTransition(
             "create", (), _S.QUEUED, Role.OPERATOR, False, True, "dlq.bulk_create",
-            "at most the approval threshold selected: sent to a worker",
+            "at most the approval threshold selected (with the creator's others in the window): sent to a worker",
         ),
         BulkTransition(
             "request", (), _S.AWAITING_APPROVAL, Role.OPERATOR, False, False, "dlq.bulk_create",
-            "more than the approval threshold selected: opens an approval request for the team's approvers",
+            "more than the approval threshold selected (with the creator's others in the window): opens an approval request for the team's approvers",
         ),
         BulkTransition(
             "approve", (_S.AWAITING_APPROVAL,), _S.QUEUED, Role.APPROVER, True, True, "",
@@ -236,21 +236,36 @@ def _counts_by_team(qs: QuerySet[DeadLetter]) -> list[tuple[str, int]]:
     return [(row["team__name"], row["n"]) for row in grouped]
 
 
-def needs_approval(kind: str, total: int) -> bool:
+def recent_volume(*, actor_id: int, now: datetime | None = None) -> int:
+    """Messages the person ``actor_id`` selected in bulk actions created within the last
+    ``DLQ_BULK_APPROVAL_WINDOW_SECONDS`` (3600 by default) that needed no second person
+    (``approval_required`` false), whatever their state: a selection cut into pieces under the threshold
+    adds up. Selections an approver let through are not counted; their four eyes were had."""
+    since = (now or timezone.now()) - timedelta(seconds=settings.DLQ_BULK_APPROVAL_WINDOW_SECONDS)
+    selected = BulkAction.objects.filter(
+        created_by_id=actor_id, created_at__gte=since, approval_required=False
+    ).aggregate(n=Coalesce(Sum("total"), 0))
+    return int(selected["n"])
+
+
+def needs_approval(kind: str, total: int, *, recent: int = 0) -> bool:
     """Whether a bulk action of ``kind`` selecting ``total`` messages waits for an approver: a delete
-    always (as a single delete does), a replay or skip above ``DLQ_BULK_APPROVAL_THRESHOLD`` messages."""
-    return kind == BulkKind.DELETE or total > settings.DLQ_BULK_APPROVAL_THRESHOLD
+    always (as a single delete does); a replay or skip when ``total`` plus what the same person selected
+    without an approver within the window (``recent``, from ``recent_volume``) is above
+    ``DLQ_BULK_APPROVAL_THRESHOLD`` messages."""
+    return kind == BulkKind.DELETE or total + recent > settings.DLQ_BULK_APPROVAL_THRESHOLD
 
 
 def preview_bulk(*, actor: User, selection: MessageFilter, kind: str = BulkKind.REPLAY) -> BulkPreview:
     """What a bulk action of ``kind`` with this filter would select now, among the parked messages the
-    actor sees."""
+    actor sees, and whether it would wait for an approver given what the actor selected within the
+    window."""
     per_team = dict(_counts_by_team(_bulk_queryset(actor, selection)))
     total = sum(per_team.values())
     return BulkPreview(
         count=total,
         teams=per_team,
-        needs_approval=needs_approval(kind, total),
+        needs_approval=needs_approval(kind, total, recent=recent_volume(actor_id=actor.pk)),
         approval_threshold=settings.DLQ_BULK_APPROVAL_THRESHOLD,
     )
 
@@ -266,7 +281,9 @@ def create_bulk(
 ) -> BulkAction:
     """Create a bulk replay, skip or delete of every parked message the filter selects now (ids up to the
     current newest). It is queued at once, or waits for an approver (``needs_approval``: a delete always,
-    otherwise above ``STREAMFORGE_DLQ_BULK_APPROVAL_THRESHOLD`` messages). The selection must lie in one team, where the
+    otherwise when this selection plus what the actor selected without an approver within
+    ``STREAMFORGE_DLQ_BULK_APPROVAL_WINDOW`` seconds is above ``STREAMFORGE_DLQ_BULK_APPROVAL_THRESHOLD``
+    messages). The selection must lie in one team, where the
     actor needs the operator role. ``rate_limit`` is messages per second (1..10000; 0: unlimited).
     Raises InvalidRequest, PermissionDenied.
     """
@@ -288,9 +305,14 @@ def create_bulk(
         )
     team = Team.objects.get(pk=teams[0])
     with transaction.atomic():
+        # One person's bulk actions are created one at a time: the actor's user row stays locked until
+        # this transaction commits, so two concurrent requests cannot both count the window before either
+        # is stored and both slip under the threshold.
+        User.objects.select_for_update().filter(pk=actor.pk).values_list("pk", flat=True).first()
         max_id = qs.order_by("-id").values_list("id", flat=True).first() or 0
         total = qs.filter(id__lte=max_id).count()
-        approval = needs_approval(kind, total)
+        recent = recent_volume(actor_id=actor.pk)
+        approval = needs_approval(kind, total, recent=recent)
         row = BULK_TRANSITIONS["request" if approval else "create"]
         _check_actor(row, actor, team=team, requester_id=actor.pk)
         if target_topic and not is_admin(actor):
@@ -323,7 +345,11 @@ def create_bulk(
                 kind=ApprovalKind.BULK,
                 team=team,
                 bulk=bulk,
-                reason=f"bulk {kind} of {total} messages: {reason.strip()}",
+                reason=(
+                    f"bulk {kind} of {total} messages"
+                    + (f" ({recent} more selected by them within the window)" if recent else "")
+                    + f": {reason.strip()}"
+                ),
                 requested_by=actor,
             )
             signals.send_on_commit(signals.approval_requested, approval_id=bulk_approval.pk)
