@@ -139,10 +139,44 @@ def start_pipeline(*, pipeline_id: int, now: datetime | None = None) -> Pipeline
     return run
 
 
-def _without_kafka(environ: Mapping[str, str]) -> dict[str, str]:
-    """The worker's environment without its ``KAFKA_*`` variables: a driver gets its own cluster's settings
-    only (``connection_environment``), never the default cluster's or another cluster's password."""
-    return {name: value for name, value in environ.items() if not name.startswith("KAFKA_")}
+#: Variables of the worker's environment a driver inherits, by exact name: where programs and the JVM are,
+#: whose home, locale and time zone, temporary files, the Python environment, and Hadoop's settings for a
+#: checkpoint root on HDFS or an object store (DESIGN.md "Scaling past one machine").
+DRIVER_ENV_NAMES = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "JAVA_HOME",
+        "PYTHONPATH", "VIRTUAL_ENV", "SSL_CERT_FILE", "SSL_CERT_DIR",
+        "HADOOP_HOME", "HADOOP_CONF_DIR", "HADOOP_USER_NAME",
+    }
+)  # fmt: skip
+#: ... and by prefix: locale categories and Spark's own settings (``SPARK_HOME``, ``SPARK_CONF_DIR``,
+#: ``SPARK_LOCAL_IP``, ``SPARK_LOCAL_DIRS``, ``PYSPARK_PYTHON`` ...).
+DRIVER_ENV_PREFIXES = ("LC_", "SPARK_", "PYSPARK_")
+#: Words that keep a variable out even when its prefix lets it in: a secret never rides on a prefix.
+_SECRET_WORDS = ("SECRET", "PASSWORD", "PASSWD", "TOKEN", "CREDENTIAL", "_KEY")
+
+
+def _inherited(name: str) -> bool:
+    if name in DRIVER_ENV_NAMES:
+        return True
+    return name.startswith(DRIVER_ENV_PREFIXES) and not any(word in name.upper() for word in _SECRET_WORDS)
+
+
+def driver_environment(environ: Mapping[str, str], conn: KafkaConnection) -> dict[str, str]:
+    """The whole environment of a pipeline's driver, built from an allow-list (security review #28,
+    finding 7): from the worker's ``environ`` only what ``DRIVER_ENV_NAMES`` and ``DRIVER_ENV_PREFIXES``
+    let through; the state folder (``STREAMFORGE_STATE_DIR``); and the ``KAFKA_*`` variables of ``conn``,
+    the pipeline's own cluster as ``pipelines.clusters.connection_for`` resolved it, its password
+    included (``connection_environment``; readable by the driver's user only, never on its command line).
+
+    Everything else stays behind: ``DJANGO_SECRET_KEY``, ``STREAMFORGE_AUDIT_KEY``, the notification key,
+    ``DATABASE_URL``, the default cluster's and every other cluster's secrets, a cloud provider's keys.
+    The driver imports nothing of Django and needs none of them."""
+    env = {name: value for name, value in environ.items() if _inherited(name)}
+    env.update(connection_environment(conn))
+    env["STREAMFORGE_STATE_DIR"] = str(_state_dir())
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
 
 
 def _launch(run: PipelineRun, workdir: Path, conn: KafkaConnection) -> None:
@@ -160,8 +194,8 @@ def _launch(run: PipelineRun, workdir: Path, conn: KafkaConnection) -> None:
     spec_file.write_text(json.dumps(run.revision.spec))
     checkpoint_dir(run.pipeline.name).parent.mkdir(parents=True, exist_ok=True)
     # The connection's security settings and password go in the driver's environment (readable by its user
-    # only), never in its command line, where `ps` shows them to everyone.
-    env = {**_without_kafka(os.environ), **connection_environment(conn), "PYTHONUNBUFFERED": "1"}
+    # only), never in its command line, where `ps` shows them to everyone; nothing else secret goes there.
+    env = driver_environment(os.environ, conn)
     with Path(run.log_path).open("ab") as log_file:
         process = subprocess.Popen(
             driver_command(run, spec_file, conn),

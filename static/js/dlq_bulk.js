@@ -71,7 +71,7 @@
         counted = request;
         create.disabled = false;
         say(p.count.toLocaleString("en-US") + " parked message" + (p.count === 1 ? "" : "s") + " match" +
-          (p.needs_approval ? " · needs an approver (more than " + p.approval_threshold.toLocaleString("en-US") + ")" : " · runs at once, no approval needed"),
+          (p.needs_approval ? " · needs an approver (more than " + p.approval_threshold.toLocaleString("en-US") + ", counting your other bulk selections within the approval window)" : " · runs at once, no approval needed"),
           p.needs_approval ? "warn" : "ok");
         preview.dataset.count = String(p.count);
         preview.dataset.needsApproval = String(p.needs_approval);
