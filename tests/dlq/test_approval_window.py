@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -38,7 +39,7 @@ def park_groups(park, pipeline, groups: dict[str, int]) -> None:
     park(pipeline, rows)
 
 
-def skip(client, pipeline, error_type: str) -> dict:
+def skip(client, pipeline, error_type: str) -> dict[str, Any]:
     answer = client.post(
         "/api/dlq/bulk/",
         {
@@ -50,7 +51,8 @@ def skip(client, pipeline, error_type: str) -> dict:
         format="json",
     )
     assert answer.status_code == 202, answer.json()
-    return answer.json()
+    created: dict[str, Any] = answer.json()
+    return created
 
 
 @pytest.mark.django_db
