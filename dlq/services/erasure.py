@@ -82,22 +82,33 @@ def record_erased(ids: Sequence[int]) -> list[ErasedRecord]:
     DLQ record, the source record its headers name (when they name one), and each record a replay of it
     produced (when the broker said where). Returns the rows written, inside the caller's transaction."""
     rows: list[ErasedRecord] = []
+
+    def erased(cluster_id: int | None, at: tuple[str, int, int], kind: ErasedKind, pk: int) -> None:
+        topic, partition, offset = at
+        rows.append(
+            ErasedRecord(
+                cluster_id=cluster_id,
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                kind=kind,
+                dead_letter_id=pk,
+            )
+        )
+
     letters = DeadLetter.objects.filter(pk__in=list(ids)).values_list(
         "pk", "cluster_id", "dlq_topic", "dlq_partition", "dlq_offset", "source_topic", "source_partition",
         "source_offset",
     )  # fmt: skip
     for pk, cluster_id, topic, partition, offset, src_topic, src_partition, src_offset in letters:
-        rows.append(ErasedRecord(cluster_id=cluster_id, topic=topic, partition=partition, offset=offset,
-                                 kind=ErasedKind.DLQ, dead_letter_id=pk))  # fmt: skip
+        erased(cluster_id, (topic, partition, offset), ErasedKind.DLQ, pk)
         if src_topic and src_partition is not None and src_offset is not None:
-            rows.append(ErasedRecord(cluster_id=cluster_id, topic=src_topic, partition=src_partition,
-                                     offset=src_offset, kind=ErasedKind.SOURCE, dead_letter_id=pk))  # fmt: skip
+            erased(cluster_id, (src_topic, src_partition, src_offset), ErasedKind.SOURCE, pk)
     replays = Replay.objects.filter(dead_letter_id__in=list(ids), produced_offset__isnull=False).values_list(
         "dead_letter_id", "dead_letter__cluster_id", "target_topic", "produced_partition", "produced_offset"
     )
-    for pk, cluster_id, topic, partition, offset in replays:
-        rows.append(ErasedRecord(cluster_id=cluster_id, topic=topic, partition=partition or 0, offset=offset,
-                                 kind=ErasedKind.REPLAY, dead_letter_id=pk))  # fmt: skip
+    for dl_id, dl_cluster, target, produced_partition, produced_offset in replays:
+        erased(dl_cluster, (target, produced_partition or 0, produced_offset or 0), ErasedKind.REPLAY, dl_id)
     return ErasedRecord.objects.bulk_create(rows, batch_size=500)
 
 

@@ -30,6 +30,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.kafka]
 
 
 def _topics_of(pipeline: Pipeline) -> list[str]:
+    assert pipeline.current_revision is not None
     spec = pipeline.current_revision.spec
     return [spec["source"]["topics"][0], spec["dlq"]["topic"], *(d["topic"] for d in spec["destinations"])]
 
