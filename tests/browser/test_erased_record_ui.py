@@ -50,6 +50,7 @@ def pipeline(people, kafka_admin) -> Iterator[Pipeline]:
         team=people["team"],
         spec=github_spec(f"github.events-{suffix}", suffix),
     )
+    assert made.current_revision is not None
     spec = made.current_revision.spec
     topics = [spec["source"]["topics"][0], spec["dlq"]["topic"]]
     for future in kafka_admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():

@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from access.models import AuditEvent, Role
 from dlq import services
 from dlq.ingest import Ingester
-from dlq.models import DeadLetter, ReplayState
+from dlq.models import DeadLetter, Replay, ReplayState, Status
 from dlq.test_messages import record_outcomes
 from pipelines.models import Pipeline
 from pipelines.services import create_pipeline
@@ -188,3 +188,20 @@ def test_review_28_4_a_test_message_with_streamforge_headers_is_refused_with_400
         f"/api/pipelines/{pipeline.name}/topics/{source_only}/messages/"
     )
     assert records.json()["records"] == []
+
+
+def test_review_28_4_a_forged_replay_id_on_the_target_topic_does_not_settle_a_replay_in_doubt(
+    people, pipeline, park, github_events, source_only, kafka_bootstrap
+):
+    [dead] = park(pipeline, [(b"k", github_events[0], "RetryExhausted", "timeout")])
+    # Step 1 of the replay protocol, then the process dies: the replay is in doubt, its record never sent.
+    DeadLetter.objects.filter(pk=dead.pk).update(status=Status.REPLAYING)
+    claim = Replay.objects.create(dead_letter=dead, target_topic=source_only, requested_by=people["operator"])
+    # Someone who saw the replay id on the message page writes it (and the replay-of) on another record.
+    forged = [(c.H_REPLAY_ID, str(claim.replay_id).encode()), (c.H_REPLAY_OF, dead.coordinates.encode())]
+    produce_with_headers(kafka_bootstrap, source_only, [(b"k", b'{"forged": true}', forged)])
+
+    assert services.resolve_in_doubt(older_than_seconds=0) == {"produced": 0, "failed": 1}
+    claim.refresh_from_db()
+    assert claim.state == ReplayState.FAILED
+    assert DeadLetter.objects.get(pk=dead.pk).status == Status.PARKED  # nothing of ours landed: replay again
