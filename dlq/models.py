@@ -618,8 +618,10 @@ class ErasedRecord(models.Model):
     partition = models.IntegerField()
     offset = models.BigIntegerField()
     kind = models.CharField(max_length=8, choices=ErasedKind.choices)
-    dead_letter = models.ForeignKey(
-        DeadLetter, on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
+    # A plain id, not a foreign key: retention purges erased dead letters' rows in chunks, and a foreign key
+    # would make each chunk update (or scan) this table; the coordinates are what the browser needs.
+    dead_letter_id = models.BigIntegerField(
+        null=True, blank=True, help_text="the erased dead letter (its row may be purged)"
     )
     erased_at = models.DateTimeField(auto_now_add=True)
 

@@ -37,6 +37,12 @@ class Migration(migrations.Migration):
                         max_length=8,
                     ),
                 ),
+                (
+                    "dead_letter_id",
+                    models.BigIntegerField(
+                        blank=True, help_text="the erased dead letter (its row may be purged)", null=True
+                    ),
+                ),
                 ("erased_at", models.DateTimeField(auto_now_add=True)),
                 (
                     "cluster",
@@ -47,17 +53,6 @@ class Migration(migrations.Migration):
                         on_delete=django.db.models.deletion.CASCADE,
                         related_name="+",
                         to="pipelines.kafkacluster",
-                    ),
-                ),
-                (
-                    "dead_letter",
-                    models.ForeignKey(
-                        blank=True,
-                        db_index=False,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to="dlq.deadletter",
                     ),
                 ),
             ],
