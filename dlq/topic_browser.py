@@ -439,18 +439,19 @@ def senders_of_test_messages(
     """{(partition, offset): user name} of the records at ``coordinates`` of ``topic`` that the console
     produced as test messages (``ProducedTestMessage``, on the pipeline's cluster). A record's own
     ``x-streamforge-test`` header is never asked: any producer to the topic can write it. One query."""
-    by_partition: dict[int, list[int]] = {}
-    for partition, offset in coordinates:
-        by_partition.setdefault(partition, []).append(offset)
-    if not by_partition:
+    wanted = set(coordinates)
+    spans: dict[int, list[int]] = {}
+    for partition, offset in wanted:
+        spans.setdefault(partition, []).append(offset)
+    if not spans:
         return {}
     where = Q()
-    for partition, offsets in by_partition.items():
-        where |= Q(partition=partition, offset__in=offsets)
+    for partition, offsets in spans.items():  # ranges the coordinates index serves; exact match below
+        where |= Q(partition=partition, offset__gte=min(offsets), offset__lte=max(offsets))
     rows = ProducedTestMessage.objects.filter(where, topic=topic, cluster_id=pipeline.cluster_id).values_list(
         "partition", "offset", "produced_by__username"
     )
-    return {(partition, offset): name for partition, offset, name in rows}
+    return {(partition, offset): name for partition, offset, name in rows if (partition, offset) in wanted}
 
 
 def _starts(

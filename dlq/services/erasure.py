@@ -116,16 +116,18 @@ def erased_coordinates(
     *, cluster_id: int | None, coordinates: Iterable[tuple[str, int, int]]
 ) -> set[tuple[str, int, int]]:
     """Those of ``coordinates`` ((topic, partition, offset) on the cluster ``cluster_id``, None: the default)
-    that an approved delete erased (``ErasedRecord``). One query, served by the coordinates index."""
-    by_partition: dict[tuple[str, int], set[int]] = {}
-    for topic, partition, offset in coordinates:
-        by_partition.setdefault((topic, partition), set()).add(offset)
-    if not by_partition:
+    that an approved delete erased (``ErasedRecord``). One query: an offset range per topic partition, which
+    the coordinates index serves (a list of offsets made PostgreSQL scan the table); exact match here."""
+    wanted = set(coordinates)
+    spans: dict[tuple[str, int], list[int]] = {}
+    for topic, partition, offset in wanted:
+        spans.setdefault((topic, partition), []).append(offset)
+    if not spans:
         return set()
     where = Q()
-    for (topic, partition), offsets in by_partition.items():
-        where |= Q(topic=topic, partition=partition, offset__in=sorted(offsets))
+    for (topic, partition), offsets in spans.items():
+        where |= Q(topic=topic, partition=partition, offset__gte=min(offsets), offset__lte=max(offsets))
     rows = ErasedRecord.objects.filter(where, cluster_id=cluster_id).values_list(
         "topic", "partition", "offset"
     )
-    return set(rows)
+    return {row for row in rows if row in wanted}
