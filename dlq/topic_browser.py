@@ -65,7 +65,7 @@ SHOWN_CONFIGS = (
 Order = Literal["newest", "oldest"]
 
 #: Why a viewer gets none of the value of a destination record a transform wrote.
-RESHAPED = "a transform writes this topic's records, so the masked paths of the source records cannot be found in them"
+RESHAPED = "a transform writes this topic's records: the source's masked paths cannot be found in them"
 #: What every tab shows instead of the key and value of a record an approved delete erased.
 ERASED = "erased by an approved delete"
 
