@@ -19,6 +19,7 @@ import signal
 import socket
 import threading
 import time
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -236,7 +237,7 @@ def _store_batch_once(
         rows: list[DeadLetter] = []
         group_rows: dict[str, FailureGroup] = {}
         arrivals: Counter[tuple[str, datetime]] = Counter()
-        replay_ids: dict[str, int] = {}
+        replay_ids: dict[str, list[int]] = defaultdict(list)
         seen_now: set[tuple[str, str, int, int]] = set()
         for message in messages:
             topic, partition, offset = message.topic, message.partition, message.offset
@@ -308,7 +309,7 @@ def _store_batch_once(
             )
             row._group_key = gkey  # type: ignore[attr-defined]  # resolved to group_id below
             if failure.replay_id:
-                replay_ids[failure.replay_id] = len(rows)
+                replay_ids[failure.replay_id].append(len(rows))
             rows.append(row)
         if not rows:
             return result
@@ -424,15 +425,74 @@ def _save_hourly(group_ids: dict[str, int], arrivals: Counter[tuple[str, datetim
             GroupHourlyCount.objects.create(group_id=group_ids[gkey], hour=hour, count=count)
 
 
-def _link_replays(rows: list[DeadLetter], replay_ids: dict[str, int]) -> None:
-    """A record that carries a console replay id failed again: point it at the dead letter that was
-    replayed, and mark that replay FAILED_AGAIN."""
+#: Replay states whose record may be on its target topic, so it can come back to the DLQ. PENDING too: the
+#: record can pass through the pipeline and fail again before the console has recorded the broker's
+#: acknowledgement (``replays.finish_replays`` then keeps FAILED_AGAIN).
+_LANDED = (ReplayState.PENDING, ReplayState.PRODUCED, ReplayState.FAILED_AGAIN)
+
+
+def _link_replays(rows: list[DeadLetter], replay_ids: dict[str, list[int]]) -> None:
+    """Link the records that carry a console replay id (``rows[i]`` for each i in ``replay_ids[id]``) to
+    the dead letter that was replayed, and mark that replay FAILED_AGAIN, when they are that replay failing
+    again; else the header is ignored, with a note in ``ownership_warning``, and the record stays a fresh
+    dead letter.
+
+    The header is data anyone who writes to a topic can forge (a test message, any producer; replay ids are
+    shown on the message page), so it only points at a candidate, which the console's own record of the
+    replay must confirm: the replay's record may have landed (``_LANDED``), the replayed dead letter has the
+    row's team, pipeline, cluster and DLQ topic, and the row's source is where the replay landed: its target
+    topic, and, once the broker's acknowledgement is recorded, its partition and offset (the driver names
+    the record it read). What is left to a forger is a record in the same team's DLQ topic naming a replay
+    whose acknowledgement is not recorded yet (a moment, or a replay left in doubt by a crash).
+    """
     if not replay_ids:
         return
-    replays = Replay.objects.filter(replay_id__in=list(replay_ids)).values_list("replay_id", "dead_letter_id")
-    for replay_id, dead_letter_id in replays:
-        rows[replay_ids[str(replay_id)]].replay_of_id = dead_letter_id
-    Replay.objects.filter(replay_id__in=list(replay_ids)).update(state=ReplayState.FAILED_AGAIN)
+    # Not a UUID: no replay of ours (and querying with it would fail the whole batch).
+    ids = {text: _as_uuid(text) for text in replay_ids}
+    fields = ("state", "target_topic", "produced_partition", "produced_offset", "dead_letter_id",
+              "dead_letter__team_id", "dead_letter__pipeline_id", "dead_letter__cluster_id",
+              "dead_letter__dlq_topic")  # fmt: skip
+    candidates = Replay.objects.filter(replay_id__in=[i for i in ids.values() if i is not None])
+    replays = {row[0]: row[1:] for row in candidates.values_list("replay_id", "pk", *fields)}
+    confirmed: set[int] = set()
+    for text, indexes in replay_ids.items():
+        found = replays.get(ids[text]) if ids[text] is not None else None
+        for index in indexes:
+            row = rows[index]
+            if found is not None and _replay_failed_again(row, found):
+                row.replay_of_id = found[5]
+                confirmed.add(found[0])
+                continue
+            note = (
+                f"the record's {c.H_REPLAY_ID} header names {text[:64]!r}, which is not a replay of this DLQ "
+                "topic's dead letters that landed where this record was read; it was not linked"
+            )
+            row.ownership_warning = f"{row.ownership_warning}\n{note}" if row.ownership_warning else note
+    if confirmed:
+        Replay.objects.filter(pk__in=confirmed).exclude(state=ReplayState.FAILED_AGAIN).update(
+            state=ReplayState.FAILED_AGAIN
+        )
+
+
+def _as_uuid(text: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        return None
+
+
+def _replay_failed_again(row: DeadLetter, replay: tuple[Any, ...]) -> bool:
+    """Whether ``row`` is the record of ``replay`` (``_link_replays``' values: pk, state, target topic,
+    produced partition and offset, dead letter id, its team, pipeline, cluster and DLQ topic) failing again."""
+    _pk, state, target, partition, offset, _dl, team_id, pipeline_id, cluster_id, dlq_topic = replay
+    landed_at = (target,) if offset is None else (target, partition, offset)
+    read_at = (row.source_topic, row.source_partition, row.source_offset)[: len(landed_at)]
+    return (
+        state in _LANDED
+        and (team_id, pipeline_id, cluster_id, dlq_topic)
+        == (row.team_id, row.pipeline_id, row.cluster_id, row.dlq_topic)
+        and landed_at == read_at
+    )
 
 
 def _arrival_summary(rows: Iterable[DeadLetter]) -> list[broadcast.Arrival]:

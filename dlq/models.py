@@ -593,3 +593,63 @@ class RetentionRun(models.Model):
     def seconds(self) -> float:
         """How long the run took."""
         return round((self.finished_at - self.started_at).total_seconds(), 1)
+
+
+class ErasedKind(models.TextChoices):
+    """Which copy of an erased dead letter an ``ErasedRecord`` is."""
+
+    DLQ = "dlq", "The DLQ record"
+    SOURCE = "source", "The source record it names"
+    REPLAY = "replay", "A record a replay of it produced"
+
+
+class ErasedRecord(models.Model):
+    """A Kafka record whose content an approved (four-eyes) delete erased from the console: the dead letter's
+    DLQ record, the source record its headers name, and the records its replays produced. Kafka cannot erase
+    one record, so these copies stay on their topics until retention removes them; the topic browser
+    withholds the key, value and headers of every record listed here, and of destination records whose
+    lineage names one, for everyone. Written by ``dlq.services.erasure.erase_payloads`` in the delete's
+    transaction; kept when retention purges the dead letter's row (the topics may keep the record longer)."""
+
+    cluster = models.ForeignKey(
+        KafkaCluster, on_delete=models.CASCADE, null=True, blank=True, related_name="+", db_index=False
+    )
+    topic = models.CharField(max_length=249)
+    partition = models.IntegerField()
+    offset = models.BigIntegerField()
+    kind = models.CharField(max_length=8, choices=ErasedKind.choices)
+    # A plain id, not a foreign key: retention purges erased dead letters' rows in chunks, and a foreign key
+    # would make each chunk update (or scan) this table; the coordinates are what the browser needs.
+    dead_letter_id = models.BigIntegerField(
+        null=True, blank=True, help_text="the erased dead letter (its row may be purged)"
+    )
+    erased_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        # The browser asks for a page's offsets of one topic and partition at a time.
+        indexes = [models.Index(fields=["topic", "partition", "offset"], name="erased_coordinates")]
+
+    def __str__(self) -> str:
+        return f"erased {self.kind} {self.topic}/{self.partition}/{self.offset}"
+
+
+class ProducedTestMessage(models.Model):
+    """A test message the console produced (``dlq.test_messages.produce_test_message``): where it landed and
+    who sent it. "Test message by" in the topic browser and on the outcome page comes from these rows, never
+    from the record's ``x-streamforge-test`` header, which any producer to the topic can write."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    cluster = models.ForeignKey(
+        KafkaCluster, on_delete=models.CASCADE, null=True, blank=True, related_name="+", db_index=False
+    )
+    topic = models.CharField(max_length=249)
+    partition = models.IntegerField()
+    offset = models.BigIntegerField()
+    produced_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    produced_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["topic", "partition", "offset"], name="test_message_coordinates")]
+
+    def __str__(self) -> str:
+        return f"test message {self.topic}/{self.partition}/{self.offset}"

@@ -147,7 +147,8 @@ class PayloadView:
     """A key or payload as the page's tabs show it: ``pretty`` (indented JSON; empty unless ``encoding`` is
     ``json``), ``raw`` (the bytes as UTF-8 text) and ``hex`` (``services.hex_dump``); ``encoding`` and
     ``size`` as ``services.render_bytes`` found them; ``masked`` when sensitive paths are hidden;
-    ``withheld`` when the viewer may see none of it (then every tab shows the same ``withheld: ...`` line);
+    ``withheld`` when the viewer may see none of it (then every tab shows the same ``withheld: ...`` line,
+    or, with ``encoding`` ``erased``, the topic browser's "erased by an approved delete" for everyone);
     ``default_tab`` is the tab shown first (``pretty``, ``raw`` or ``hex``)."""
 
     encoding: str

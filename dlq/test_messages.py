@@ -6,6 +6,11 @@ drops it, and the pipeline's consumer group has committed past it with nothing w
 
 ``record_outcomes`` works for any source record, not only test messages: the topic browser links a source
 record to it ("where did it go?").
+
+Headers a producer can write decide nothing: a test message may not carry ``x-streamforge-*`` headers (the
+console's own, which the ingester and the driver read), and who sent one is the console's own record of it
+(``ProducedTestMessage``), never the ``x-streamforge-test`` header, which any producer to the topic can
+write. The header is still added, for people and tools downstream, as information.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from access import audit
 from access.models import Role
 from access.permissions import require_role
 from dlq import topic_browser
-from dlq.models import DeadLetter
-from dlq.services import InvalidRequest, ReplayFailed
+from dlq.headers import STREAMFORGE_PREFIX
+from dlq.models import DeadLetter, ProducedTestMessage
+from dlq.services import InvalidRequest, ReplayFailed, erasure
 from dlq.services.kafka_io import OutgoingRecord, produce
 from pipelines.clusters import connection_for
 from pipelines.dsl import Message
@@ -59,16 +65,25 @@ def produce_test_message(
     reason: str,
 ) -> ProducedTest:
     """Produce a test record to ``topic``, one of ``pipeline``'s source topics, with ``headers`` plus
-    ``x-streamforge-test: <actor's username>``, and record one audit event (``topic.test_message``: topic,
-    partition, offset; never the payload). Needs the operator role in the pipeline's team.
+    ``x-streamforge-test: <actor's username>``, and record where it landed and who sent it
+    (``ProducedTestMessage``) with one audit event (``topic.test_message``: topic, partition, offset; never
+    the payload), in one transaction. Needs the operator role in the pipeline's team.
 
-    Raises PermissionDenied without that role, InvalidRequest (field ``reason`` or ``topic``) for an empty
-    reason or a topic that is not a source topic of the pipeline, ReplayFailed (503) when the broker does
-    not take the record.
+    Raises PermissionDenied without that role, InvalidRequest (field ``reason``, ``topic`` or ``headers``)
+    for an empty reason, a topic that is not a source topic of the pipeline, or a header named
+    ``x-streamforge-*`` in any case (the console's own: a replay id, a test sender, a pipeline, ...; see
+    ``../shared/DESIGN.md`` "Contracts"), ReplayFailed (503) when the broker does not take the record.
     """
     require_role(actor, pipeline.team, Role.OPERATOR)
     if not reason.strip():
         raise InvalidRequest("reason", "say why this test message is produced")
+    reserved = sorted({name for name, _value in headers or [] if name.lower().startswith(STREAMFORGE_PREFIX)})
+    if reserved:
+        raise InvalidRequest(
+            "headers",
+            f"{', '.join(reserved)}: headers named {STREAMFORGE_PREFIX}* are the console's own; "
+            "a test message may not carry them",
+        )
     spec = topic_browser.spec_of(pipeline)
     if topic not in spec.source.topics:
         raise InvalidRequest(
@@ -85,6 +100,14 @@ def produce_test_message(
     if out.error or out.partition is None or out.offset is None:
         raise ReplayFailed(f"the broker did not take the test message: {out.error or 'no answer'}")
     with transaction.atomic():
+        ProducedTestMessage.objects.create(
+            pipeline=pipeline,
+            cluster_id=pipeline.cluster_id,
+            topic=topic,
+            partition=out.partition,
+            offset=out.offset,
+            produced_by=actor,
+        )
         audit.record(
             actor=actor,
             action="topic.test_message",
@@ -120,6 +143,8 @@ class DestinationOutcome:
 class RecordOutcomes:
     """A source record's outcomes, one per destination in spec order; ``done`` once none is pending;
     ``found`` is False when the source record cannot be read (then only dead letters are known);
+    ``erased`` when an approved delete erased its content (then it is not read or evaluated either);
+    ``test_by`` who sent it as a test message through the console (empty: it is none);
     ``committed`` whether the pipeline's consumer group has committed past the record; ``error`` non-empty
     when the cluster did not answer."""
 
@@ -132,6 +157,7 @@ class RecordOutcomes:
     test_by: str
     destinations: list[DestinationOutcome]
     error: str = ""
+    erased: bool = False
 
 
 def record_outcomes(pipeline: Pipeline, *, topic: str, partition: int, offset: int) -> RecordOutcomes:
@@ -154,8 +180,12 @@ def record_outcomes(pipeline: Pipeline, *, topic: str, partition: int, offset: i
     expected: list[tuple[str, str]] = [("", "")] * len(spec.destinations)
     record = None
     committed = False
+    erased = bool(
+        erasure.erased_coordinates(cluster_id=pipeline.cluster_id, coordinates=[(topic, partition, offset)])
+    )
     try:
-        record = topic_browser.read_record(pipeline, topic, partition, offset)
+        if not erased:
+            record = topic_browser.read_record(pipeline, topic, partition, offset)
         lags = consumer_group_lag(
             group=spec.source.consumer_group,
             topics=[topic],
@@ -206,9 +236,12 @@ def record_outcomes(pipeline: Pipeline, *, topic: str, partition: int, offset: i
         found=record is not None,
         committed=committed,
         done=all(o.outcome != "pending" for o in outcomes),
-        test_by=(record.header(c.H_TEST) or "") if record is not None else "",
+        test_by=topic_browser.senders_of_test_messages(pipeline, topic, [(partition, offset)]).get(
+            (partition, offset), ""
+        ),
         destinations=outcomes,
         error=error,
+        erased=erased,
     )
 
 

@@ -1,7 +1,14 @@
 """Browsing the Kafka topics a pipeline owns: its source topics, destination topics and DLQ topic (its current
 spec's), on the pipeline's cluster. Partitions with their watermarks, the topic's configs, the pipeline's
-consumer group lag on it, and records page by page, newest first, masked for viewers exactly as the DLQ
-message page masks a dead letter (``dlq.services.masking_for``, ``dlq.presenters.payload_views``).
+consumer group lag on it, and records page by page, newest first, masked for viewers as the DLQ message page
+masks a dead letter (``dlq.services.masking_for``, ``dlq.presenters.payload_views``), made right per topic
+(``topic_masking``): the masked paths describe source records, so a destination topic written by a
+transform has its values withheld from viewers instead of "masked" by paths its records do not have.
+
+What the DLQ console promised stays promised here: a record whose content an approved (four-eyes) delete
+erased (``dlq.models.ErasedRecord``: the DLQ record, its source record, its replays) is shown to nobody, nor
+is a destination record whose lineage names an erased source record; and who sent a test message is the
+console's own record of it (``ProducedTestMessage``), never the record's ``x-streamforge-test`` header.
 
 It lives in the ``dlq`` app, not in ``pipelines``, because what a viewer may see of a record (masking and
 the pretty / raw / hex views) is the DLQ console's, and ``pipelines`` may not import ``dlq``; moving the
@@ -14,17 +21,21 @@ group), and every read is bounded by ``READ_TIMEOUT_SECONDS`` and ``READ_MAX_BYT
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from access.permissions import AnyUser
 from dlq import presenters, services
+from dlq.models import ProducedTestMessage
+from dlq.services import erasure
 from pipelines.clusters import connection_for
 from pipelines.lag import consumer_group_lag
 from pipelines.models import Pipeline
@@ -52,6 +63,11 @@ SHOWN_CONFIGS = (
 )
 
 Order = Literal["newest", "oldest"]
+
+#: Why a viewer gets none of the value of a destination record a transform wrote.
+RESHAPED = "a transform writes this topic's records: the source's masked paths cannot be found in them"
+#: What every tab shows instead of the key and value of a record an approved delete erased.
+ERASED = "erased by an approved delete"
 
 
 class TopicNotFound(Exception):
@@ -235,7 +251,9 @@ class LineageLink:
 class BrowsedRecord:
     """One record as its viewer may see it: coordinates, timestamp (epoch ms, None when the broker gave
     none), key and value views (``dlq.presenters.PayloadView``), headers (masked by name for viewers), the
-    lineage of a destination record, and ``test_by`` (who produced it as a test message, else empty)."""
+    lineage of a destination record, ``test_by`` (who produced it as a test message through the console,
+    from the console's own record; else empty) and ``erased`` (an approved delete erased its content: key
+    and value say ``ERASED``, no headers, whoever asks)."""
 
     topic: str
     partition: int
@@ -246,6 +264,7 @@ class BrowsedRecord:
     headers: list[services.RenderedHeader]
     lineage: LineageLink | None
     test_by: str
+    erased: bool = False
 
 
 @dataclass(frozen=True)
@@ -312,8 +331,9 @@ def browse(
     """
     require_owned(pipeline, topic)
     limit = max(1, min(limit, MAX_PAGE_SIZE))
-    masking = services.masking_for(user, pipeline.team)
-    owned = owned_topics(spec_of(pipeline))
+    spec = spec_of(pipeline)
+    masking = topic_masking(services.masking_for(user, pipeline.team), spec, topic)
+    owned = owned_topics(spec)
     bounds = parse_cursor(cursor)
     consumer = _browse_consumer(_connection(pipeline))
     try:
@@ -355,7 +375,83 @@ def browse(
                 following[p] = lower
     # A partition that has nothing left is left out of the cursor; with none left, there is no next page.
     next_cursor = _cursor_text(following) if following and (shown or truncated) else ""
-    return RecordPage([_present(r, masking, owned) for r in shown], next_cursor, truncated)
+    erased = erased_records(pipeline, shown)
+    senders = senders_of_test_messages(pipeline, topic, [(r.partition, r.offset) for r in shown])
+    return RecordPage(
+        [
+            _present(
+                r,
+                masking,
+                owned,
+                erased=_coordinates(r) in erased,
+                test_by=senders.get((r.partition, r.offset), ""),
+            )
+            for r in shown
+        ],
+        next_cursor,
+        truncated,
+    )
+
+
+def topic_masking(masking: services.Masking, spec: PipelineSpec, topic: str) -> services.Masking:
+    """``masking`` (what a user may not see of the team's dead letters; its paths describe source records)
+    made right for the records of ``topic``, one of ``spec``'s topics.
+
+    Source and DLQ topics hold source records: unchanged. A destination topic holds what its destinations
+    wrote: where none of them has a transform, the value is the source record and the paths apply; where
+    one has, the values are withheld whole (``RESHAPED``), as no path of the source says where the
+    transform put a masked value. A key computed by ``key_transform`` may be a masked value, so it is
+    withheld; headers set by ``header_transforms`` (``FROM:/path``, ``COPY:`` of a masked header) are
+    masked by name. When nothing is masked (operators; no paths, headers or keys configured) nothing is.
+    """
+    writers = [d for d in spec.destinations if d.topic == topic]
+    if not masking.active or not writers:
+        return masking
+    reshaped = bool(masking.paths) and any(d.transform for d in writers)
+    return dataclasses.replace(
+        masking,
+        values_withheld=RESHAPED if reshaped else masking.values_withheld,
+        keys=masking.keys or (bool(masking.paths) and any(d.key_transform for d in writers)),
+        headers=masking.headers | {name.lower() for d in writers for name in d.header_transforms},
+    )
+
+
+def _coordinates(record: Record) -> tuple[str, int, int]:
+    return record.topic, record.partition, record.offset
+
+
+def erased_records(pipeline: Pipeline, records: Iterable[Record]) -> set[tuple[str, int, int]]:
+    """(topic, partition, offset) of those ``records`` (of ``pipeline``'s cluster) whose content an approved
+    delete erased: listed as ``ErasedRecord`` themselves, or whose lineage header names a source record
+    that is (the destination record was produced from the erased content). One query."""
+    records = list(records)
+    lineages = {_coordinates(r): parse_lineage(r.header(c.H_LINEAGE)) for r in records}
+    wanted = [_coordinates(r) for r in records] + [ln for ln in lineages.values() if ln is not None]
+    found = erasure.erased_coordinates(cluster_id=pipeline.cluster_id, coordinates=wanted)
+    return {
+        at for at, lineage in lineages.items() if at in found or (lineage is not None and lineage in found)
+    }
+
+
+def senders_of_test_messages(
+    pipeline: Pipeline, topic: str, coordinates: Iterable[tuple[int, int]]
+) -> dict[tuple[int, int], str]:
+    """{(partition, offset): user name} of the records at ``coordinates`` of ``topic`` that the console
+    produced as test messages (``ProducedTestMessage``, on the pipeline's cluster). A record's own
+    ``x-streamforge-test`` header is never asked: any producer to the topic can write it. One query."""
+    wanted = set(coordinates)
+    spans: dict[int, list[int]] = {}
+    for partition, offset in wanted:
+        spans.setdefault(partition, []).append(offset)
+    if not spans:
+        return {}
+    where = Q()
+    for partition, offsets in spans.items():  # ranges the coordinates index serves; exact match below
+        where |= Q(partition=partition, offset__gte=min(offsets), offset__lte=max(offsets))
+    rows = ProducedTestMessage.objects.filter(where, topic=topic, cluster_id=pipeline.cluster_id).values_list(
+        "partition", "offset", "produced_by__username"
+    )
+    return {(partition, offset): name for partition, offset, name in rows if (partition, offset) in wanted}
 
 
 def _starts(
@@ -415,25 +511,41 @@ def _read(
     return records, bool(remaining)
 
 
-def _present(record: Record, masking: services.Masking, owned: dict[str, str]) -> BrowsedRecord:
+def _present(
+    record: Record, masking: services.Masking, owned: dict[str, str], *, erased: bool, test_by: str
+) -> BrowsedRecord:
     lineage = parse_lineage(record.header(c.H_LINEAGE))
     return BrowsedRecord(
         topic=record.topic,
         partition=record.partition,
         offset=record.offset,
         timestamp_ms=record.timestamp_ms,
-        key=presenters.payload_views(record.key, masking=masking, key=True),
-        value=presenters.payload_views(record.value, masking=masking),
-        headers=masking.header_values(record.headers),
+        key=_erased_view(record.key)
+        if erased
+        else presenters.payload_views(record.key, masking=masking, key=True),
+        value=_erased_view(record.value)
+        if erased
+        else presenters.payload_views(record.value, masking=masking),
+        headers=[] if erased else masking.header_values(record.headers),
         lineage=LineageLink(*lineage, owned=lineage[0] in owned) if lineage else None,
-        test_by=record.header(c.H_TEST) or "",
+        test_by=test_by,
+        erased=erased,
+    )
+
+
+def _erased_view(data: bytes | None) -> presenters.PayloadView:
+    if data is None:
+        return presenters.payload_views(None)
+    return presenters.PayloadView(
+        "erased", len(data), "", ERASED, ERASED, masked=False, default_tab="raw", withheld=True
     )
 
 
 def read_record(pipeline: Pipeline, topic: str, partition: int, offset: int) -> Record | None:
     """The raw record at ``topic``/``partition``/``offset`` of the pipeline's cluster, or None when it is
     not there (removed by retention or compaction, or not written yet). For the service layer only: what a
-    user sees goes through ``browse``. Raises TopicNotFound for a topic the pipeline does not own."""
+    user sees goes through ``browse``, and a caller checks ``erased_records`` before using the content.
+    Raises TopicNotFound for a topic the pipeline does not own."""
     require_owned(pipeline, topic)
     consumer = _browse_consumer(_connection(pipeline))
     try:

@@ -36,6 +36,8 @@ H_LINEAGE: Final = "x-streamforge-source"
 # --- test messages, produced by the console to a pipeline's source topic -----------------------------------
 #: Marks a record as a test message; the value is the username of who produced it. The pipeline processes
 #: it like any other record (the header passes through to the destinations unless a transform drops it).
+#: Information for people downstream only: any producer can write it, so the console decides who sent a
+#: test message from its own record (``dlq.models.ProducedTestMessage``), never from this header.
 H_TEST: Final = "x-streamforge-test"
 
 #: The destination name on a DLQ record whose failure concerns every destination (the value did not decode).

@@ -100,7 +100,9 @@ class LineageSerializer(serializers.Serializer[Any]):
 
 
 class BrowsedRecordSerializer(serializers.Serializer[Any]):
-    """One record (timestamp in epoch ms, null when unknown); ``test_by`` names who produced a test message."""
+    """One record (timestamp in epoch ms, null when unknown); ``test_by`` names who produced it as a test
+    message through the console (its own record, not a header); ``erased`` when an approved delete erased
+    its content (key and value then say so, headers are empty)."""
 
     topic = serializers.CharField()
     partition = serializers.IntegerField()
@@ -111,6 +113,7 @@ class BrowsedRecordSerializer(serializers.Serializer[Any]):
     headers = HeaderSerializer(many=True)
     lineage = LineageSerializer(allow_null=True)
     test_by = serializers.CharField()
+    erased = serializers.BooleanField()
 
 
 class RecordPageSerializer(serializers.Serializer[Any]):
@@ -196,7 +199,8 @@ class RecordDestinationOutcomeSerializer(serializers.Serializer[Any]):
 
 
 class RecordOutcomesSerializer(serializers.Serializer[Any]):
-    """A source record's outcomes per destination; ``done`` once none is pending."""
+    """A source record's outcomes per destination; ``done`` once none is pending; ``erased`` when an approved
+    delete erased the record's content (then it is not read or evaluated)."""
 
     topic = serializers.CharField()
     partition = serializers.IntegerField()
@@ -207,6 +211,7 @@ class RecordOutcomesSerializer(serializers.Serializer[Any]):
     test_by = serializers.CharField()
     destinations = RecordDestinationOutcomeSerializer(many=True)
     error = serializers.CharField()
+    erased = serializers.BooleanField()
 
 
 # ------------------------------------------------------------------------------------------ views

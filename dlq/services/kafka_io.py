@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,13 +159,18 @@ def _send_on(kafka: Producer, records: Sequence[OutgoingRecord]) -> None:
 
 
 def find_replay_ids(
-    topic: str, wanted: set[str], since_ms: int, cluster_id: int | None = None
+    topic: str, wanted: Mapping[str, tuple[str, bytes | None]], since_ms: int, cluster_id: int | None = None
 ) -> dict[str, tuple[int, int]]:
     """Read ``topic`` of the cluster ``cluster_id`` (None: the default) from ``since_ms`` (epoch
     milliseconds) to its current end and return, for each replay id of ``wanted`` found in an
     ``x-streamforge-replay-id`` header, the (partition, offset) of its record. Stops early once all are
     found, or after 60 seconds; a missing topic finds nothing. Raises ValueError when the cluster's password
-    cannot be read."""
+    cannot be read.
+
+    ``wanted`` maps each replay id to what the console sent with it: the ``x-streamforge-replay-of``
+    coordinates and the value. A record whose id matches but whose replay-of header or value does not is
+    not the replay: anyone who writes to the topic can write the id header (replay ids are shown on the
+    message page), and a forged one must not settle a replay as produced."""
     consumer = Consumer(
         consumer_config(connection_of(cluster_id), group_id=f"streamforge-resolve-{uuid.uuid4()}")
     )
@@ -194,14 +199,24 @@ def find_replay_ids(
                 if msg.error() is not None:
                     continue
                 record = Record.from_message(msg)
-                for name, value in record.headers:
-                    if name == c.H_REPLAY_ID and value is not None and value.decode() in wanted:
-                        found[value.decode()] = (record.partition, record.offset)
+                replay_id = _sent_replay(record, wanted)
+                if replay_id is not None and replay_id not in found:
+                    found[replay_id] = (record.partition, record.offset)
                 if record.offset + 1 >= ends.get(record.partition, 0):
                     remaining.discard(record.partition)
     finally:
         consumer.close()
     return found
+
+
+def _sent_replay(record: Record, wanted: Mapping[str, tuple[str, bytes | None]]) -> str | None:
+    """The replay id of ``wanted`` that ``record`` is (its id header, with the replay-of header and the value
+    the console sent with that id; the last of a repeated header), else None."""
+    last = dict(record.headers)
+    replay_id = (last.get(c.H_REPLAY_ID) or b"").decode("utf-8", "replace")
+    sent = wanted.get(replay_id)
+    replay_of = (last.get(c.H_REPLAY_OF) or b"").decode("utf-8", "replace")
+    return replay_id if sent is not None and (replay_of, record.value) == sent else None
 
 
 #: How long a topic's ``retention.ms`` is remembered (seconds): it changes rarely, and the message page

@@ -60,6 +60,12 @@ def withheld_key(data: bytes) -> str:
     return f"withheld: key, {len(data)} bytes"
 
 
+def withheld_value(data: bytes, why: str) -> str:
+    """What a masked viewer sees instead of a payload withheld whole for ``why``: its length and the reason.
+    No hash: a transform may have reduced the record to one short sensitive value, found by trying them."""
+    return f"withheld: {len(data)} bytes; {why}"
+
+
 @dataclass(frozen=True)
 class Masking:
     """What one user may not see of one team's dead letters (``dlq.services.masking_for``).
@@ -68,20 +74,26 @@ class Masking:
     payload that is not JSON cannot be checked for them, so while any path is set such a payload is
     withheld whole (``withheld_payload``) on every surface: value, fixes, diffs, raw and hex tabs.
     ``headers``: header names (lower case; matched case-insensitively) whose values are replaced by
-    ``MASK``. ``keys``: record keys are withheld (``withheld_key``).
+    ``MASK``. ``keys``: record keys are withheld (``withheld_key``). ``values_withheld``: when not empty,
+    why every payload is withheld whole (its length only, ``withheld_value``): records whose shape the paths
+    do not describe (a destination topic written by a transform), where masking by path would show the
+    sensitive values wherever the transform put them.
     """
 
     paths: tuple[str, ...] = ()
     headers: frozenset[str] = frozenset()
     keys: bool = False
+    values_withheld: str = ""
 
     @property
     def active(self) -> bool:
         """Whether anything is hidden at all."""
-        return bool(self.paths or self.headers or self.keys)
+        return bool(self.paths or self.headers or self.keys or self.values_withheld)
 
     def value(self, data: bytes | None) -> RenderedBytes:
-        """A payload as this viewer sees it (``render_bytes`` with the masked paths)."""
+        """A payload as this viewer sees it (``render_bytes`` with the masked paths, or withheld whole)."""
+        if self.values_withheld and data is not None:
+            return RenderedBytes("withheld", withheld_value(data, self.values_withheld), len(data))
         return render_bytes(data, masked_paths=self.paths)
 
     def key(self, data: bytes | None) -> RenderedBytes:

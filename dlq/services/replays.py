@@ -426,8 +426,10 @@ def resolve_in_doubt(
     *, older_than_seconds: float | None = None, bulk: BulkAction | None = None
 ) -> SettledReplays:
     """Settle PENDING replays whose process died between produce and record: read each target topic from
-    shortly before the oldest claim to its end, looking for the replay ids in ``x-streamforge-replay-id``.
-    Found: PRODUCED/REPLAYED at that offset. Not found: FAILED/PARKED (nothing landed, safe to retry).
+    shortly before the oldest claim to its end, looking for the replay ids in ``x-streamforge-replay-id``
+    on records that also carry the replay-of coordinates and the value the console sent (a header alone
+    is anyone's to write). Found: PRODUCED/REPLAYED at that offset. Not found: FAILED/PARKED (nothing
+    landed, safe to retry).
 
     Only replays older than ``older_than_seconds`` (default: the producer's delivery timeout plus a
     margin) are considered, so a produce still in flight is never judged; ``bulk`` narrows them to one
@@ -446,7 +448,8 @@ def resolve_in_doubt(
     counts = SettledReplays(produced=0, failed=0)
     for (cluster_id, topic), attempts in by_topic.items():
         since_ms = int(min(a.requested_at for a in attempts).timestamp() * 1000) - 5000
-        landed = kafka_io.find_replay_ids(topic, {str(a.replay_id) for a in attempts}, since_ms, cluster_id)
+        sent = {str(a.replay_id): (a.dead_letter.coordinates, _sent_value(a)) for a in attempts}
+        landed = kafka_io.find_replay_ids(topic, sent, since_ms, cluster_id)
         done = []
         for attempt in attempts:
             where = landed.get(str(attempt.replay_id))
@@ -462,6 +465,15 @@ def resolve_in_doubt(
         counts["produced"] += ok
         counts["failed"] += failed
     return counts
+
+
+def _sent_value(attempt: Replay) -> bytes | None:
+    """The value a replay sent: its payload revision's, else the dead letter's own (``current_payload`` at
+    the time of the claim)."""
+    if attempt.payload_revision is not None:
+        return bytes(attempt.payload_revision.value)
+    value = attempt.dead_letter.value
+    return bytes(value) if value is not None else None
 
 
 def skip(*, actor: User, dead_letter: DeadLetter, reason: str) -> DeadLetter:

@@ -15,6 +15,7 @@ from dlq.models import (
     BulkAction,
     BulkState,
     DeadLetter,
+    ErasedRecord,
     FailureGroup,
     PayloadRevision,
     Status,
@@ -86,6 +87,10 @@ def test_a_bulk_delete_of_a_group_waits_for_a_second_person_and_erases_every_mes
         assert row.error_type == "JsonPathNotFound"  # what failed where stays
     assert PayloadRevision.objects.get(dead_letter=parked[0]).value == b""
     assert FailureGroup.objects.get(pk=group.pk).sample_message == ERASED_SAMPLE
+    # What the topic browser withholds from now on (#28, finding 3): each DLQ record and its source record.
+    assert set(ErasedRecord.objects.values_list("topic", "partition", "offset", "kind")) == {
+        (r.dlq_topic, r.dlq_partition, r.dlq_offset, "dlq") for r in rows
+    } | {(r.source_topic, r.source_partition, r.source_offset, "source") for r in rows}
     # One event per step, none per message, and no payload in any of them.
     actions = list(
         AuditEvent.objects.filter(target_type="bulk", target_id=str(created["id"])).values_list(

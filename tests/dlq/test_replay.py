@@ -177,12 +177,21 @@ def test_a_replayed_record_that_fails_again_is_linked_to_its_earlier_failure(
     people, pipeline, park, github_events
 ):
     [first] = park(pipeline, [(b"k", github_events[0], "JsonPathNotFound", "path /payload/size not found")])
+    source = pipeline.current_revision.spec["source"]["topics"][0]
     attempt = Replay.objects.create(
-        dead_letter=first, target_topic="t", requested_by=people["operator"], state=ReplayState.PRODUCED
+        dead_letter=first,
+        target_topic=source,
+        requested_by=people["operator"],
+        state=ReplayState.PRODUCED,
+        produced_partition=0,
+        produced_offset=4242,
     )
     topic = pipeline.current_revision.spec["dlq"]["topic"]
+    # The replayed record failing again: the driver names the record it read, where the replay landed.
+    where = {c.H_SOURCE_TOPIC: source.encode(), c.H_SOURCE_PARTITION: b"0", c.H_SOURCE_OFFSET: b"4242"}
     headers = [
-        (name, bytes(value) if value else None) for name, value in services.decode_headers(first.headers)
+        (name, where.get(name, bytes(value) if value else None))
+        for name, value in services.decode_headers(first.headers)
     ]
     headers += [(c.H_REPLAY_ID, str(attempt.replay_id).encode()), (c.H_REPLAY_OF, first.coordinates.encode())]
     result = store_batch(
