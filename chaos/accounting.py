@@ -136,19 +136,21 @@ def expected_fates(
     topic_limits: Mapping[str, int],
     *,
     now_ms: int = 0,
+    replay_key: bytes = b"",
 ) -> dict[Coordinates, dict[str, Expected]]:
     """{source coordinates: {destination name: Expected}} for ``records`` of the pipeline's source topics.
 
     Runs the pure-Python evaluator (the same code as dry runs), then applies the writer's size rule: a
     produced record larger than its topic's ``max.message.bytes`` (``topic_limits``, bytes) is dead-lettered
     as RecordTooLarge. A replayed record is expected only at the destinations it is for (the writer's
-    ``replay_scope``), "replay_skipped" at the others. ``now_ms`` only matters for timestamp forms; the identity ignores timestamps.
+    ``replay_scope``, under ``replay_key``: the installation's, without which no replay header counts),
+    "replay_skipped" at the others. ``now_ms`` only matters for timestamp forms; the identity ignores timestamps.
     """
     compiled = [(d.name, d.topic, d.compiled()) for d in spec.destinations]
     names = [name for name, _topic, _dest in compiled]
     out: dict[Coordinates, dict[str, Expected]] = {}
     for record in records:
-        scope = replay_scope(list(record.headers), names, spec.dlq.topic)
+        scope = replay_scope(list(record.headers), names, spec.dlq.topic, value=record.value, key=replay_key)
         message = Message(
             value=record.value,
             key=record.key,

@@ -23,6 +23,7 @@ import time
 from functools import partial
 
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from django.conf import settings
 
 from chaos import accounting
 from chaos.context import Context, FaultResult, ModeResult
@@ -100,7 +101,9 @@ def run(ctx: Context) -> FaultResult:
             ends={p: max(o, 0) for p, o in committed.items()},
             timeout=120,
         )
-        expected = accounting.expected_fates(handle.spec, below, accountant.limits)
+        expected = accounting.expected_fates(
+            handle.spec, below, accountant.limits, replay_key=settings.REPLAY_KEY.encode()
+        )
         accountant.read_outputs()
         lost = accounting.tally(expected, accountant.observed)
         lost_count = sum(t.lost for t in lost.values())

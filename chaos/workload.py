@@ -24,6 +24,7 @@ from typing import Any, cast
 import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from django.conf import settings
 from django.contrib.auth.models import User
 
 from access.models import Membership, Role, Team
@@ -367,7 +368,11 @@ class Accountant:
         return self.handle.mode == "effectively_once"
 
     def add_source(self, records: list[Record]) -> None:
-        self.expected.update(accounting.expected_fates(self.handle.spec, records, self.limits))
+        self.expected.update(
+            accounting.expected_fates(
+                self.handle.spec, records, self.limits, replay_key=settings.REPLAY_KEY.encode()
+            )
+        )
 
     def _read_new(self, topic: str) -> list[Record]:
         bootstrap = self.handle.bootstrap

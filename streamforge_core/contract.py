@@ -28,6 +28,9 @@ H_REPLAY_OF: Final = "x-streamforge-replay-of"
 H_REPLAYED_BY: Final = "x-streamforge-replayed-by"
 #: Comma-separated destination names a replayed record is for; the others count it as replay-skipped.
 H_REPLAY_DESTINATIONS: Final = "x-streamforge-replay-destinations"
+#: The console's HMAC over the two headers above and the value (``streamforge_core.replay_signing``): a driver
+#: honours them only when it verifies, since any producer to a source topic can write them.
+H_REPLAY_SIGNATURE: Final = "x-streamforge-replay-signature"
 
 # --- lineage on produced records: "topic/partition/offset" of the source record ---------------------------
 # Lets anyone holding only the outputs prove which source offsets arrived (the accounting identity).

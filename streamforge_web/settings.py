@@ -18,6 +18,7 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | STREAMFORGE_STATE_DIR | <repo>/.stack/dev | checkpoints, driver logs, the debug secret and audit keys |
 | STREAMFORGE_AUDIT_KEY | (required unless debug) | HMAC key of the audit hash chain (32+ characters, not the secret key); in debug a random key kept in the state folder |
 | STREAMFORGE_NOTIFY_KEY | derived from DJANGO_SECRET_KEY | key (32+ characters) that encrypts notification channels' secrets at rest (webhook signing secrets, Slack webhook URLs); set it so the secret key can be rotated alone |
+| STREAMFORGE_REPLAY_KEY | derived from DJANGO_SECRET_KEY | signs the replay headers the console sends; pipeline drivers honour a replay's destinations only under a valid signature (the same on every host) |
 | STREAMFORGE_NOTIFY_DIGEST_SECONDS | 60 | after a notification, further events of its type for the same channel within this window are sent as one digest |
 | STREAMFORGE_NOTIFY_MAX_ATTEMPTS | 6 | delivery attempts of one notification (exponential backoff between them) before it is marked failed |
 | STREAMFORGE_NOTIFY_BACKOFF_SECONDS | 5 | wait before a failed delivery's first retry; it doubles per attempt (with up to 10 % jitter), at most an hour |
@@ -59,6 +60,8 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import secrets
 from datetime import timedelta
 from pathlib import Path
@@ -95,6 +98,12 @@ AUDIT_KEY = env_str("STREAMFORGE_AUDIT_KEY", None if not DEBUG else "") or _debu
 # rotated without losing them; unset, a key is derived from the secret key (rotating that then needs the
 # channels' secrets entered again).
 NOTIFY_KEY = env_str("STREAMFORGE_NOTIFY_KEY", "") or f"derived-from-secret-key:{SECRET_KEY}"
+# Signs the replay headers the console sends (streamforge_core.replay_signing); every web process, worker and
+# driver of one installation needs the same key. Unset, it is derived from the secret key.
+REPLAY_KEY = (
+    env_str("STREAMFORGE_REPLAY_KEY", "")
+    or hmac.new(SECRET_KEY.encode(), b"streamforge replay-header signing key", hashlib.sha256).hexdigest()
+)
 NOTIFY_DIGEST_SECONDS = env_int("STREAMFORGE_NOTIFY_DIGEST_SECONDS", 60, minimum=1)
 NOTIFY_MAX_ATTEMPTS = env_int("STREAMFORGE_NOTIFY_MAX_ATTEMPTS", 6, minimum=1)
 NOTIFY_BACKOFF_SECONDS = env_int("STREAMFORGE_NOTIFY_BACKOFF_SECONDS", 5, minimum=1)

@@ -39,6 +39,7 @@ from dlq.services.rendering import decode_headers
 from pipelines.models import Pipeline
 from pipelines.spec import SpecError
 from streamforge_core import contract as c
+from streamforge_core import replay_signing
 from streamforge_core.kafka import topic_name_problem
 
 
@@ -89,7 +90,8 @@ def replay_record(
     """The record a replay sends to ``replay.target_topic``: ``value``, the original key and headers (the
     DLQ's own headers removed), and the replay headers (replay id, the DLQ coordinates it replays, who
     replayed it, and, when ``replay.destinations`` is set, the destinations it is for: the driver writes
-    it only there, DESIGN.md "Contracts")."""
+    it only there, DESIGN.md "Contracts"), and the console's signature over those and ``value``
+    (``streamforge_core.replay_signing``), without which a driver treats the record as an ordinary one)."""
     sent_headers = headers.original_headers(decode_headers(dead_letter.headers))
     sent_headers += [
         (c.H_REPLAY_ID, str(replay.replay_id).encode()),
@@ -98,6 +100,10 @@ def replay_record(
     ]
     if replay.destinations:
         sent_headers.append((c.H_REPLAY_DESTINATIONS, replay.destinations.encode()))
+    signature = replay_signing.sign(
+        settings.REPLAY_KEY.encode(), dead_letter.coordinates, replay.destinations, value
+    )
+    sent_headers.append((c.H_REPLAY_SIGNATURE, signature.encode()))
     key = bytes(dead_letter.key) if dead_letter.key is not None else None
     return OutgoingRecord(
         topic=replay.target_topic,

@@ -65,7 +65,7 @@ from pipelines.spark.writer import (
 )
 from pipelines.spec import PipelineSpec, SpecError, parse_spec
 from streamforge_core import contract as c
-from streamforge_core import kafka_probe, redis_client
+from streamforge_core import kafka_probe, redis_client, replay_signing
 from streamforge_core.kafka import (
     KafkaConnection,
     admin_config,
@@ -461,6 +461,7 @@ class Driver:
             include_stack_trace=spec.dlq.include_stack_trace,
             max_dlq_retries=spec.dlq.max_dlq_retries,
             retry=spec.retry,
+            replay_key=os.environ.get(replay_signing.KEY_ENV, "").encode(),
         )
         self.session = build_session(
             app_name=f"streamforge-{options.pipeline}-r{options.revision}",

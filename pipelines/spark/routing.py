@@ -14,7 +14,8 @@ of one array of structs per source record (a ``GenerateExec``):
   dead-lettered as ``RecordTooLarge`` with the writer's message;
 * ``dead_lettered`` by the DSL: one DLQ record for that destination (error type and message from the plan);
 * a value that did not decode (``deser_error``): one DLQ record for every destination (``*``);
-* replays are restricted exactly as ``writer.replay_restrictions`` does (last header wins; another DLQ's
+* replays are restricted exactly as ``writer.replay_restrictions`` does (only under the console's valid
+  signature, computed here from ``sha2``; last header wins; another DLQ's
   replay is for none; unknown destination names mean every destination), counted as ``replay_skipped``.
 
 DLQ records carry the original key, value and (when ``include_original_headers``) headers, then the
@@ -48,6 +49,7 @@ from pyspark.sql import functions as F
 
 from pipelines.spark.writer import WriterConfig
 from streamforge_core import contract as c
+from streamforge_core import replay_signing
 from streamforge_core.kafka import HEADER_OVERHEAD, RECORD_OVERHEAD
 
 __all__ = ["OUTCOMES", "metric_columns", "route", "routed_records", "with_fates"]
@@ -82,19 +84,46 @@ def _replay_columns(config: WriterConfig) -> list[Column]:
     ``__rr``: is the record restricted at all (``writer.replay_restrictions`` lists its row)?"""
     headers = F.coalesce(F.col("headers"), _no_headers())
     replay_of = _last_header(headers, c.H_REPLAY_OF)
+    named = _last_header(headers, c.H_REPLAY_DESTINATIONS)
+    signed = _signature_verifies(
+        config.replay_key, replay_of, named, _last_header(headers, c.H_REPLAY_SIGNATURE)
+    )
     # Python's ``text.rsplit("/", 2)[0]``: the text without its last two "/"-separated parts.
     dlq_of = F.regexp_extract(replay_of, r"(?s)^(.*?)(?:/[^/]*)?(?:/[^/]*)?$", 1)
-    foreign = replay_of.isNotNull() & (dlq_of != F.lit(config.dlq_topic))
-    named = _last_header(headers, c.H_REPLAY_DESTINATIONS)
+    foreign = signed & replay_of.isNotNull() & (dlq_of != F.lit(config.dlq_topic))
     # str.strip() with no argument: ASCII whitespace is what a header written by the console can carry.
     names = F.transform(F.split(named, ","), lambda n: F.trim(n, F.lit(" \t\n\r\x0b\x0c")))
     known = F.array_intersect(names, F.array(*(F.lit(d.name) for d in config.destinations)))
-    narrowed = named.isNotNull() & (F.size(known) > 0)
+    narrowed = signed & named.isNotNull() & (F.size(known) > 0)
     columns = [(foreign | narrowed).alias("__rr")]
     for i, dest in enumerate(config.destinations):
         for_it = ~foreign & (~narrowed | F.array_contains(known, F.lit(dest.name)))
         columns.append(for_it.alias(f"__ro{i}"))
     return columns
+
+
+def _signature_verifies(key: bytes, replay_of: Column, named: Column, signature: Column) -> Column:
+    """Does ``signature`` (text) verify as ``replay_signing.sign(key, replay_of, named, value)``? HMAC-SHA256
+    (RFC 2104) from Spark's ``sha2``: H((K ^ opad) || H((K ^ ipad) || message)), the padded keys computed
+    here. Evaluated only for a row that carries a signature (CASE WHEN is lazy per row), so an ordinary
+    record costs one header scan and no hashing; False for every row without a key."""
+    if not key:
+        return F.lit(False)
+    inner_pad, outer_pad = replay_signing.hmac_pads(key)
+    nul = F.lit(b"\x00")
+    message = F.concat(
+        F.lit(replay_signing.MESSAGE_PREFIX),
+        F.encode(F.coalesce(replay_of, F.lit("")), "UTF-8"),
+        nul,
+        F.encode(F.coalesce(named, F.lit("")), "UTF-8"),
+        nul,
+        F.unhex(F.sha2(F.coalesce(F.col("value"), F.lit(b"")), 256)),
+    )
+    inner = F.unhex(F.sha2(F.concat(F.lit(inner_pad), message), 256))
+    expected = F.sha2(F.concat(F.lit(outer_pad), inner), 256)
+    return F.when(signature.isNull(), F.lit(False)).otherwise(
+        F.coalesce(F.lower(F.trim(signature)) == expected, F.lit(False))
+    )
 
 
 def _header_bytes(headers: Column) -> Column:

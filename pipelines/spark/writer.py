@@ -23,7 +23,10 @@ A replayed record that names its destinations (``x-streamforge-replay-destinatio
 it replays a dead letter of one destination) is produced or dead-lettered only for those; every other
 destination counts it as ``replay_skipped``, so a fan-out pipeline never writes a record twice because of a
 replay (DESIGN.md "Contracts"); a replay of another pipeline's dead letter (read from a shared source topic)
-is replay-skipped by every destination (``replay_restrictions``). Per destination: records = produced +
+is replay-skipped by every destination (``replay_restrictions``). Those headers count only under the
+console's signature (``x-streamforge-replay-signature``, ``streamforge_core.replay_signing``): any producer
+to the source topic can write them, so a record whose signature does not verify is an ordinary record, for
+every destination (security review #28, finding 4). Per destination: records = produced +
 filtered + dead_lettered + replay_skipped.
 
 In ``effectively_once`` mode each Spark partition (one Kafka source partition's offset range) is written in
@@ -54,6 +57,7 @@ from pipelines.dsl.errors import EvaluationError
 from pipelines.dsl.evaluate import decode_value
 from pipelines.spec import RetryPolicy
 from streamforge_core import contract as c
+from streamforge_core import replay_signing
 from streamforge_core.kafka import (
     KafkaConnection,
     consumer_config,
@@ -119,6 +123,8 @@ class WriterConfig:
     producer_config: dict[str, Any] = field(default_factory=dict)
     batch_id: int = -1
     query_id: str = ""
+    #: The installation's replay key (``streamforge_core.replay_signing``); empty: no replay header counts.
+    replay_key: bytes = field(default=b"", repr=False)
     #: Decode every value with the evaluator's decoder (the plan used Spark's lenient parse); False only for
     #: a plan whose ``deser_error`` is already exact (``parse_stages(exact=True)``).
     check_deserialization: bool = True
@@ -393,7 +399,9 @@ class BatchWriter:
         topic, partition = self.topic, self.partition
         undecodable = self._undecodable(batch)
         names = [dest.name for dest in config.destinations]
-        restricted = replay_restrictions(batch.column("headers"), names, config.dlq_topic)
+        restricted = replay_restrictions(
+            batch.column("headers"), batch.column("value"), names, config.dlq_topic, config.replay_key
+        )
         for j, message in undecodable.items():  # counted per destination below, dead-lettered once here
             # A replay for some destinations that fails to decode fails for those only.
             only = restricted.get(j)
@@ -634,12 +642,16 @@ class BatchWriter:
 
 
 def replay_restrictions(
-    headers: pa.Array, destinations: list[str], dlq_topic: str
+    headers: pa.Array, record_values: pa.Array, destinations: list[str], dlq_topic: str, key: bytes
 ) -> dict[int, frozenset[str]]:
     """The rows of a batch that are replays not for every destination of this pipeline: {row index: the
     destinations it is for}. ``headers`` is the Kafka source's headers column (list<struct<key: string,
-    value: binary>>); found with Arrow compute over the flattened headers, so a batch without replays
-    costs a comparison per header and no Python per row.
+    value: binary>>), ``record_values`` its value column (binary), ``key`` the replay key; found with Arrow compute
+    over the flattened headers, so a batch without replays costs a comparison per header and no Python per
+    row.
+
+    * Only a row whose ``x-streamforge-replay-signature`` verifies under ``key`` for its replay headers and
+      its value (``replay_signing.verify``) is a replay; the headers of any other row are ignored.
 
     * A replay of another pipeline's dead letter (``x-streamforge-replay-of`` names a DLQ topic other than
       ``dlq_topic``; DLQ topics have one owner) is for none of them: every consumer of a source topic but
@@ -655,7 +667,7 @@ def replay_restrictions(
     if len(flat) == 0:
         return {}
     keys = pc.struct_field(flat, "key")
-    wanted = pc.is_in(keys, pa.array([c.H_REPLAY_OF, c.H_REPLAY_DESTINATIONS]))
+    wanted = pc.is_in(keys, pa.array([c.H_REPLAY_OF, c.H_REPLAY_DESTINATIONS, c.H_REPLAY_SIGNATURE]))
     hits = pc.indices_nonzero(pc.fill_null(wanted, False))
     if len(hits) == 0:
         return {}
@@ -667,24 +679,36 @@ def replay_restrictions(
         per_row.setdefault(row, []).append((name, value))
     found: dict[int, frozenset[str]] = {}
     for row, pairs in per_row.items():
-        scope = replay_scope(pairs, destinations, dlq_topic)
+        scope = replay_scope(pairs, destinations, dlq_topic, value=record_values[row].as_py(), key=key)
         if scope is not None:
             found[row] = scope
     return found
 
 
 def replay_scope(
-    headers: list[tuple[str, bytes | None]], destinations: list[str], dlq_topic: str
+    headers: list[tuple[str, bytes | None]],
+    destinations: list[str],
+    dlq_topic: str,
+    *,
+    value: bytes | None,
+    key: bytes,
 ) -> frozenset[str] | None:
-    """The destinations of this pipeline a record with these headers is for: None for every one (not a
-    replay, or one for all of them), else the names (empty: none). The rules are ``replay_restrictions``'s;
+    """The destinations of this pipeline a record with these headers and this ``value`` is for: None for
+    every one (not a replay, a replay for all of them, or replay headers without the console's valid
+    signature under ``key``), else the names (empty: none). The rules are ``replay_restrictions``'s;
     ``chaos.accounting`` applies them to its expectations."""
-    replay_of = named = None
-    for name, value in headers:
+    replay_of = named = signature = None
+    for name, header_value in headers:
         if name == c.H_REPLAY_OF:
-            replay_of = (value or b"").decode("utf-8", "replace")
+            replay_of = (header_value or b"").decode("utf-8", "replace")
         elif name == c.H_REPLAY_DESTINATIONS:
-            named = (value or b"").decode("utf-8", "replace")
+            named = (header_value or b"").decode("utf-8", "replace")
+        elif name == c.H_REPLAY_SIGNATURE:
+            signature = (header_value or b"").decode("ascii", "replace")
+    if replay_of is None and named is None:
+        return None
+    if not replay_signing.verify(key, replay_of or "", named or "", value, signature):
+        return None  # not the console's: an ordinary record (a forgery costs a duplicate, never a loss)
     if replay_of is not None and replay_of.rsplit("/", 2)[0] != dlq_topic:
         return frozenset()
     if named is None:

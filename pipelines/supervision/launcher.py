@@ -31,6 +31,7 @@ from pipelines.supervision.exits import _end_run
 from pipelines.supervision.processes import _alive, _children, _hostname, _kill_group, _signal_process
 from pipelines.supervision.status import announce_status
 from streamforge_core import contract as c
+from streamforge_core import replay_signing
 from streamforge_core.kafka import KafkaConnection, admin_config, connection_environment
 
 log = logging.getLogger("pipelines.supervision")
@@ -174,6 +175,7 @@ def driver_environment(environ: Mapping[str, str], conn: KafkaConnection) -> dic
     The driver imports nothing of Django and needs none of them."""
     env = {name: value for name, value in environ.items() if _inherited(name)}
     env.update(connection_environment(conn))
+    env[replay_signing.KEY_ENV] = settings.REPLAY_KEY  # vouches for the console's replays (finding 4)
     env["STREAMFORGE_STATE_DIR"] = str(_state_dir())
     env["PYTHONUNBUFFERED"] = "1"
     return env

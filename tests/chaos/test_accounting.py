@@ -8,6 +8,7 @@ import json
 from chaos import accounting
 from pipelines.spec import parse_spec
 from streamforge_core import contract as c
+from streamforge_core import replay_signing
 from streamforge_core.kafka import Record
 
 SOURCE = "events"
@@ -137,20 +138,28 @@ def test_a_replay_is_expected_only_where_it_is_for_and_one_written_elsewhere_is_
     """Offset 10 replays a ``pushes`` failure (for pushes only), 11 another pipeline's dead letter (for no
     destination of this one), 12 a replay for every destination. Archive writing 10 again is a second
     copy of a record it already had: counted as ``replay_written`` (and wrong), not as delivered."""
+    key = b"replay key"
+
+    def signed(value: bytes, of: str, to: str = "") -> list[tuple[str, bytes | None]]:
+        named = [(c.H_REPLAY_OF, of.encode())] + ([(c.H_REPLAY_DESTINATIONS, to.encode())] if to else [])
+        return [*named, (c.H_REPLAY_SIGNATURE, replay_signing.sign(key, of, to, value).encode())]
+
     replays = [
-        Record(
-            SOURCE, 0, 10, b"k", PUSH, [(c.H_REPLAY_OF, b"dlq/0/1"), (c.H_REPLAY_DESTINATIONS, b"pushes")], 0
-        ),
-        Record(SOURCE, 0, 11, b"k", PUSH, [(c.H_REPLAY_OF, b"other.dlq/0/1")], 0),
-        Record(SOURCE, 0, 12, b"k", OTHER, [(c.H_REPLAY_OF, b"dlq/0/2")], 0),
+        Record(SOURCE, 0, 10, b"k", PUSH, signed(PUSH, "dlq/0/1", "pushes"), 0),
+        Record(SOURCE, 0, 11, b"k", PUSH, signed(PUSH, "other.dlq/0/1"), 0),
+        Record(SOURCE, 0, 12, b"k", OTHER, signed(OTHER, "dlq/0/2"), 0),
+        # replay headers without the console's signature decide nothing (review #28, finding 4)
+        Record(SOURCE, 0, 13, b"k", OTHER, [(c.H_REPLAY_OF, b"other.dlq/0/1")], 0),
     ]
-    expected = accounting.expected_fates(SPEC, replays, LIMITS)
+    expected = accounting.expected_fates(SPEC, replays, LIMITS, replay_key=key)
     kinds = {k[2]: {d: e.kind for d, e in v.items()} for k, v in expected.items()}
     assert kinds == {
         10: {"pushes": "produced", "archive": "replay_skipped"},
         11: {"pushes": "replay_skipped", "archive": "replay_skipped"},
         12: {"pushes": "filtered", "archive": "produced"},
+        13: {"pushes": "filtered", "archive": "produced"},
     }
+    del expected[(SOURCE, 0, 13)]
     right = _outputs([produced("pushes", 10, b'{"a": "ann"}', 0)], [produced("archive", 12, OTHER, 0)], [])
     tallies = accounting.tally(expected, right)
     assert (tallies["archive"].expected_replay_skipped, tallies["archive"].replay_written) == (2, 0)

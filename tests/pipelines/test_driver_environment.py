@@ -129,9 +129,12 @@ def test_a_driver_gets_only_allowed_variables_and_its_own_clusters_secret_and_st
         if key not in launcher.DRIVER_ENV_NAMES
         and not key.startswith(launcher.DRIVER_ENV_PREFIXES)
         and not key.startswith("KAFKA_")
-        and key not in ("STREAMFORGE_STATE_DIR", "PYTHONUNBUFFERED")
+        and key not in ("STREAMFORGE_STATE_DIR", "PYTHONUNBUFFERED", "STREAMFORGE_REPLAY_KEY")
     }
     assert unexpected == set()
+    # the replay key vouches for the console's replays (finding 4); it is not the secret key it derives from
+    assert driver["STREAMFORGE_REPLAY_KEY"] == django_settings.REPLAY_KEY
+    assert django_settings.SECRET_KEY not in driver["STREAMFORGE_REPLAY_KEY"]
     # and the pipeline ran: every record accounted for, the pushes on the destination topic
     pushes = sum(1 for _, v in records[:-2] if json.loads(v)["type"] == "PushEvent")
     assert (totals.consumed, totals.produced, totals.dlq_records) == (len(records), pushes, 2)

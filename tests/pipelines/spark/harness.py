@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,14 +33,20 @@ __all__ = ["REPO", "DriverProcess", "Record", "consume_all", "produce", "written
 REPO = Path(__file__).resolve().parents[3]
 
 
+def _kafka_headers(pairs: list[tuple[str, bytes]] | None) -> list[tuple[str, str | bytes | None]] | None:
+    return None if pairs is None else [(name, value) for name, value in pairs]
+
+
 def produce(
     bootstrap: str | KafkaConnection,
     topic: str,
     records: Iterable[tuple[bytes | None, bytes | None]],
     partitions: int = 1,
+    headers: Mapping[bytes | None, list[tuple[str, bytes]]] | None = None,
 ) -> list[tuple[int, int]]:
     """Produce (key, value) pairs round-robin over ``partitions``; returns each record's (partition, offset)
-    in input order, after every acknowledgement. ``bootstrap``: plaintext servers or a whole connection."""
+    in input order, after every acknowledgement. ``bootstrap``: plaintext servers or a whole connection.
+    ``headers``: {key: the headers of the record with that key}, for the records that carry some."""
     conn = bootstrap if isinstance(bootstrap, KafkaConnection) else KafkaConnection(bootstrap)
     producer = Producer(producer_config(conn, extra={"linger.ms": 5, "message.max.bytes": 10_000_000}))
     coordinates: list[tuple[int, int] | None] = []
@@ -57,7 +63,12 @@ def produce(
         while True:
             try:
                 producer.produce(
-                    topic, value=value, key=key, partition=i % partitions, on_delivery=remember(i)
+                    topic,
+                    value=value,
+                    key=key,
+                    partition=i % partitions,
+                    headers=_kafka_headers((headers or {}).get(key)),
+                    on_delivery=remember(i),
                 )
                 break
             except BufferError:

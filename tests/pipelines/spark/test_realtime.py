@@ -22,6 +22,7 @@ from confluent_kafka.admin import NewTopic
 from django.conf import settings
 
 from streamforge_core import contract as c
+from streamforge_core import replay_signing
 from streamforge_core.kafka import KafkaConnection, consumer_config, producer_config
 from tests.pipelines.conftest import github_spec
 from tests.pipelines.spark.harness import DriverProcess, Record, consume_all, produce
@@ -52,7 +53,25 @@ CASES: list[tuple[bytes, bytes, dict[str, str]]] = [
     (b"noid-7", b'{"type": "WatchEvent"}', {"pushes": "filtered", "archive": "filtered"}),
     # Spark's lenient parser accepts it; the exact parse of the real-time plan must not (no writer checks it).
     (b"huge-8", b'{"id": "8", "type": "PushEvent", "n": 1e400}', {"pushes": "MessageDeserialization", "archive": "MessageDeserialization"}),
+    # A console replay for archive only (signed): pushes skips it. The same headers a producer wrote without
+    # the replay key's signature decide nothing (security review #28, finding 4): produced at both.
+    (b"replay-9", _event("PushEvent", "9"), {"pushes": "replay_skipped", "archive": "produced"}),
+    (b"forged-10", _event("PushEvent", "10"), {"pushes": "produced", "archive": "produced"}),
 ]  # fmt: skip
+#: The installation's replay key, given to the driver.
+REPLAY_KEY = "real-time test replay key"
+
+
+def _case_headers(dlq: str) -> dict[bytes | None, list[tuple[str, bytes]]]:
+    """The headers of the cases that carry some: the console's replay of a dead letter of ``dlq`` for
+    archive, and a producer's unsigned copy of such headers."""
+    replay_of, value = f"{dlq}/0/1", _event("PushEvent", "9")
+    signature = replay_signing.sign(REPLAY_KEY.encode(), replay_of, "archive", value)
+    named = [(c.H_REPLAY_OF, replay_of.encode()), (c.H_REPLAY_DESTINATIONS, b"archive")]
+    return {
+        b"replay-9": [*named, (c.H_REPLAY_SIGNATURE, signature.encode())],
+        b"forged-10": named,
+    }
 
 
 def _spec(source: str, pushes: str, archive: str, dlq: str, *, batch_ms: int = 0) -> dict:
@@ -127,6 +146,7 @@ def _driver(spec: dict[str, Any], pipeline: str, tmp_path, bootstrap: str, *, ma
         redis_url=settings.REDIS_URL,
         jars=list(settings.SPARK_JARS),
         master=master,
+        env={replay_signing.KEY_ENV: REPLAY_KEY},
     )
 
 
@@ -156,7 +176,9 @@ def test_a_low_latency_pipeline_routes_counts_commits_and_delivers_in_millisecon
         # The cases while the first real-time batch starts; then, once a batch has ended (phase "running"),
         # single records at ~200/s to measure latency. Records that arrive while the query's first batch is
         # still being set up wait for it (seconds); the figures below are the steady state.
-        coordinates = produce(kafka_bootstrap, source, [(k, v) for k, v, _ in CASES], partitions=2)
+        coordinates = produce(
+            kafka_bootstrap, source, [(k, v) for k, v, _ in CASES], partitions=2, headers=_case_headers(dlq)
+        )
         driver.wait_for(
             lambda: _heartbeat_phase(pipeline) == "running", 60, "the first real-time batch to end"
         )
@@ -249,7 +271,11 @@ def test_a_low_latency_pipeline_routes_counts_commits_and_delivers_in_millisecon
 
     expected_dlq = Counter()
     for key, _value, fates in CASES:
-        failures = {dest: fate for dest, fate in fates.items() if fate not in {"produced", "filtered"}}
+        failures = {
+            dest: fate
+            for dest, fate in fates.items()
+            if fate not in {"produced", "filtered", "replay_skipped"}
+        }
         if set(failures.values()) == {c.MESSAGE_DESERIALIZATION}:
             expected_dlq[(key, c.ALL_DESTINATIONS, c.MESSAGE_DESERIALIZATION)] += 1
         else:

@@ -18,6 +18,7 @@ from pipelines.spark import routing, writer
 from pipelines.spark.driver import enrich
 from pipelines.spec import parse_spec
 from streamforge_core import contract as c
+from streamforge_core import replay_signing
 from streamforge_core.kafka import KafkaConnection
 
 pytestmark = [pytest.mark.spark]
@@ -69,6 +70,25 @@ def _event(kind: str, login: str | None, ident: str, pad: int = 0) -> bytes:
     return json.dumps(event).encode()
 
 
+#: The installation's replay key both backends verify replay headers with.
+KEY = b"routing test replay key"
+
+
+def _replay(value: bytes, of: str = "", to: str = "", *, forge: bool = False) -> list[tuple[str, bytes]]:
+    """The replay headers the console sends with ``value`` (signed), or a producer's forgery of them."""
+    headers = [(c.H_REPLAY_OF, of.encode())] if of else []
+    headers += [(c.H_REPLAY_DESTINATIONS, to.encode())] if to else []
+    signature = replay_signing.sign(b"not the key" if forge else KEY, of, to, value)
+    return [*headers, (c.H_REPLAY_SIGNATURE, signature.encode())]
+
+
+_K7, _K9, _K10 = (
+    _event("PushEvent", "fay", "7"),
+    _event("PushEvent", "gus", "9"),
+    _event("PushEvent", "hal", "10"),
+)
+_K14, _K15 = _event("PushEvent", "ida", "14"), _event("PushEvent", "jon", "15")
+
 CORPUS: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]] = [
     (b"k1", _event("PushEvent", "ada", "1"), None),  # produced by both
     (b"k2", _event("WatchEvent", "bob", "2"), [("trace", b"t-2")]),  # filtered by pushes
@@ -76,15 +96,18 @@ CORPUS: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]] 
     (b"k4", b'{"id": "4", "type": ', [("trace", b"t-4")]),  # does not decode: one DLQ record for all
     (None, None, None),  # a tombstone: does not decode either
     (b"k6", _event("WatchEvent", "eve", "6", pad=500), None),  # too large for archive-out
-    (b"k7", _event("PushEvent", "fay", "7"), [(c.H_REPLAY_DESTINATIONS, b"archive")]),  # pushes skips
-    (b"k8", b"not json", [(c.H_REPLAY_DESTINATIONS, b"pushes, gone")]),  # a decode failure for pushes only
-    (b"k9", _event("PushEvent", "gus", "9"), [(c.H_REPLAY_OF, b"other.dlq/0/3")]),  # not ours: both skip
-    (b"k10", _event("PushEvent", "hal", "10"), [(c.H_REPLAY_OF, b"events.dlq/1/2")]),  # ours, for both
+    (b"k7", _K7, _replay(_K7, to="archive")),  # pushes skips
+    (b"k8", b"not json", _replay(b"not json", to="pushes, gone")),  # a decode failure for pushes only
+    (b"k9", _K9, _replay(_K9, "other.dlq/0/3")),  # not ours: both skip
+    (b"k10", _K10, _replay(_K10, "events.dlq/1/2")),  # ours, for both
     # Values Spark's lenient parse accepts and only the evaluator's strict decoder refuses: the micro-batch
     # writer decodes them again, the real-time plan's exact parse must refuse them itself.
     (b"k11", b'{"id": "11", "type": "PushEvent", "n": 1e400}', None),
     (b"k12", b'{"id": "12", "type": "PushEvent", "s": "\\ud800"}', None),
     (b"k13", b'{"id": "13", "type": "WatchEvent"} {"again": 1}', None),
+    # Replay headers a producer wrote (security review #28, finding 4): an ordinary record for both.
+    (b"k14", _K14, [(c.H_REPLAY_OF, b"other.dlq/0/3")]),
+    (b"k15", _K15, _replay(_K15, to="archive", forge=True)),
 ]
 
 
@@ -123,6 +146,7 @@ def _config(include_original_headers: bool = True) -> writer.WriterConfig:
         include_stack_trace=False,
         max_dlq_retries=1,
         retry=spec.retry,
+        replay_key=KEY,
     )
 
 
@@ -230,6 +254,8 @@ def test_each_source_record_gets_the_fate_the_cases_describe(enriched):
         10: [("dlq:*", "MessageDeserialization")],
         11: [("dlq:*", "MessageDeserialization")],
         12: [("dlq:*", "MessageDeserialization")],
+        13: [("archive-out", "produced"), ("pushes-out", "produced")],
+        14: [("archive-out", "produced"), ("pushes-out", "produced")],
     }
     too_large = next(r for r in records if dict(r[3]).get(c.H_ERROR_TYPE) == b"RecordTooLarge")
     # The size is the produced value's (the JSON as the destination writes it, not the source bytes).
