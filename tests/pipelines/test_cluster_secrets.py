@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from django.db import connection as db_connection
+from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 from rest_framework.test import APIClient
 
@@ -31,6 +32,7 @@ from access.models import AuditEvent, Role
 from dlq.ingest import ClusterIngesters, dlq_topics, store_batch
 from dlq.models import DeadLetter
 from pipelines import supervision
+from pipelines.clusters import is_verified
 from pipelines.models import KafkaCluster, Pipeline, PipelineRun, PipelineState
 from pipelines.services import create_pipeline
 from streamforge_core.kafka import Record
@@ -480,3 +482,51 @@ def test_readyz_probes_kafka_at_most_once_per_cache_period_under_many_requests(s
         assert len(proxy.accepted) == 2
     finally:
         proxy.close()
+
+
+@pytest.fixture
+def back_to_the_latest_migrations():
+    """Migrate the test database forward to every app's latest migration after the test."""
+    yield
+    executor = MigrationExecutor(db_connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_leaves_clusters_whose_references_are_not_their_own_unverified(
+    root, back_to_the_latest_migrations
+):
+    """Finding 2: a cluster stored before the rules that points at another's secret, or sends PLAIN in
+    clear, is not connected to after the upgrade; one whose settings obey them keeps working."""
+    executor = MigrationExecutor(db_connection)
+    before = [("pipelines", "0003_kafka_clusters")]
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps.get_model("pipelines", "KafkaCluster")
+    sasl = {
+        "bootstrap_servers": "127.0.0.1:19093",
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_username": "u",
+    }
+    old.objects.create(name="steals-default", password_ref="env:KAFKA_SASL_PASSWORD", **sasl)
+    old.objects.create(name="other-folder", password_ref=f"file:{root}/other/pw", **sasl)
+    old.objects.create(
+        name="prod-eu",
+        password_ref=f"file:{root}/prod-eu/pw",
+        **{**sasl, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN"},
+    )
+    (root / "bound").mkdir()
+    old.objects.create(name="bound", password_ref=f"file:{root}/bound/pw", **sasl)
+    old.objects.create(name="plain", bootstrap_servers="127.0.0.1:19092", security_protocol="PLAINTEXT")
+
+    executor = MigrationExecutor(db_connection)
+    executor.migrate([("pipelines", "0004_kafka_cluster_verification")])
+
+    verified = {row.name: is_verified(row) for row in KafkaCluster.objects.all()}
+    assert verified == {
+        "steals-default": False,
+        "other-folder": False,
+        "prod-eu": False,
+        "bound": True,
+        "plain": True,
+    }
