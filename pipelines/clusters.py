@@ -577,7 +577,9 @@ def check_cluster(
     The one connection to a named cluster that needs no approval, because it is the approval: when the
     probe reached the cluster and authenticated, the row's ``settings_fingerprint`` is stored as verified
     (only if the row still holds the settings tested), and the product's own clients may connect to it.
-    Needs the admin role; audited (``kafka_cluster.test``: ok, verified, the problems' kinds)."""
+    A failing test withdraws nothing (an outage or a rotated password is not a change of settings; a change
+    is what withdraws an approval). Needs the admin role; audited (``kafka_cluster.test``: ok, verified,
+    the problems' kinds, the connection as ``KafkaConnection.describe`` words it, never a secret)."""
     _require_admin(actor)
     read, write = topics_of(cluster)
     name = cluster_name(cluster)
