@@ -635,6 +635,7 @@ class ClusterIngesters:
         self._threads: dict[int | None, tuple[threading.Thread, threading.Event]] = {}
         self._approved: dict[int | None, str] = {}  # the verified fingerprint each thread started with
         self._waiting: set[int] = set()  # clusters already logged as waiting for their test
+        self._retired: list[threading.Thread] = []  # threads of stopped ingesters, joined by close()
 
     def _serve(self, cluster: KafkaCluster | None, done: threading.Event) -> None:
         name = cluster_name(cluster)
@@ -655,8 +656,9 @@ class ClusterIngesters:
             connection.close()  # this thread's own database connection
 
     def _stop_thread(self, key: int | None) -> None:
-        _thread, done = self._threads.pop(key)
+        thread, done = self._threads.pop(key)
         done.set()
+        self._retired = [*(t for t in self._retired if t.is_alive()), thread]
         self.ingesters.pop(key, None)
         self._approved.pop(key, None)
 
@@ -706,7 +708,7 @@ class ClusterIngesters:
         self.stop.set()
         for _thread, done in self._threads.values():
             done.set()
-        for thread, _done in self._threads.values():
+        for thread in [*(t for t, _ in self._threads.values()), *self._retired]:
             thread.join(timeout)
 
     def install_signal_handlers(self) -> None:

@@ -114,8 +114,22 @@ class Readiness(TypedDict):
 
 
 def _connection_check(cluster: KafkaCluster | None) -> Callable[[], None]:
+    """The check of ``cluster``, to run on a pool thread. Its connection is resolved here, on the caller's
+    thread: ``connection_for`` reads the row again from the database, and a pool thread's own database
+    connection would outlive the probe. A cluster that may not be connected to (not approved by an admin's
+    test) or whose password cannot be read fails this check alone, without a client."""
+    try:
+        conn = connection_for(cluster)
+    except ValueError as exc:
+        refusal = exc
+
+        def refused() -> None:
+            raise refusal
+
+        return refused
+
     def check() -> None:
-        check_kafka(connection_for(cluster))  # a password that cannot be read fails this check alone
+        check_kafka(conn)
 
     return check
 

@@ -410,9 +410,16 @@ def test_the_admins_test_of_the_secured_cluster_is_audited_and_alone_lets_client
         ("ada", False, False),
         ("ada", True, True),
     ]
-    # now the product's own clients reach it: readiness checks it, DLQ ingest subscribes
+    # now the product's own clients reach it: readiness checks it, DLQ ingest takes it up
     settings.READINESS_CACHE_SECONDS = 0
     assert readiness()["checks"]["kafka:secure-eu"]["ok"] is True
+    ingesters = _ingesters()
+    ingesters.refresh()
+    try:
+        _refresh_for(ingesters, 2)
+        assert KafkaCluster.objects.get(name="secure-eu").pk in ingesters.ingesters
+    finally:
+        ingesters.close()
 
     assert (
         api.patch("/api/clusters/secure-eu/", {"sasl_username": "bob"}, format="json").json()["verified"]
