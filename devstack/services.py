@@ -270,6 +270,8 @@ def django_env(profile: Profile) -> dict[str, str]:
         "STREAMFORGE_SPARK_JARS": ",".join(str(p) for p in jars.spark_connector_jars()),
         "STREAMFORGE_STATE_DIR": str(profile.state_dir),
         "STREAMFORGE_WEB_URL": profile.web_url,
+        # A named cluster's password and TLS files go in <this>/<cluster name>/ (pipelines.clusters).
+        "STREAMFORGE_KAFKA_CREDENTIAL_DIRS": str(profile.state_dir / "kafka-credentials"),
         **secure_kafka_env(profile),
     }
 

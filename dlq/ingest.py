@@ -36,7 +36,7 @@ from access.bulk_insert import copy_rows
 from dlq import broadcast, headers, signals
 from dlq.grouping import group_key, normalize_message
 from dlq.models import DeadLetter, DlqTopic, FailureGroup, GroupHourlyCount, Replay, ReplayState
-from pipelines.clusters import cluster_name, connection_for
+from pipelines.clusters import cluster_name, connection_for, is_verified
 from pipelines.models import KafkaCluster, Pipeline
 from pipelines.spec import SpecError
 from streamforge_core import contract as c
@@ -678,9 +678,12 @@ class ClusterIngesters:
     """One ``Ingester`` per Kafka cluster, each in a thread of its own: what ``manage.py dlq_ingest`` runs.
 
     The cluster list is read again every ``refresh_seconds``: a cluster added is read from then on, one
-    deleted stops being read. One cluster failing (unreachable, a password that cannot be read) is logged
-    and retried every ``retry_seconds`` without holding up the others. ``options`` are passed to each
-    ``Ingester``; ``stop`` ends them all after their current batch.
+    deleted stops being read. Only clusters the product may connect to are read (``is_verified``: the
+    default, and the named ones an admin's test approved on their current settings): a new cluster waits for
+    its test, and a changed one is stopped until it is tested again (its ingester restarts with the new
+    settings then). One cluster failing (unreachable, a password that cannot be read) is logged and retried
+    every ``retry_seconds`` without holding up the others. ``options`` are passed to each ``Ingester``;
+    ``stop`` ends them all after their current batch.
     """
 
     def __init__(self, *, refresh_seconds: float = 10.0, retry_seconds: float = 5.0, **options: Any) -> None:
@@ -690,6 +693,9 @@ class ClusterIngesters:
         self.stop = threading.Event()
         self.ingesters: dict[int | None, Ingester] = {}
         self._threads: dict[int | None, tuple[threading.Thread, threading.Event]] = {}
+        self._approved: dict[int | None, str] = {}  # the verified fingerprint each thread started with
+        self._waiting: set[int] = set()  # clusters already logged as waiting for their test
+        self._retired: list[threading.Thread] = []  # threads of stopped ingesters, joined by close()
 
     def _serve(self, cluster: KafkaCluster | None, done: threading.Event) -> None:
         name = cluster_name(cluster)
@@ -709,14 +715,33 @@ class ClusterIngesters:
         finally:
             connection.close()  # this thread's own database connection
 
+    def _stop_thread(self, key: int | None) -> None:
+        thread, done = self._threads.pop(key)
+        done.set()
+        self._retired = [*(t for t in self._retired if t.is_alive()), thread]
+        self.ingesters.pop(key, None)
+        self._approved.pop(key, None)
+
     def refresh(self) -> None:
-        """Start an ingester for each cluster without one; stop those of clusters that are gone."""
+        """Start an ingester for each cluster the product may connect to without one; stop those of clusters
+        that are gone, no longer verified, or verified on other settings than their ingester started with."""
         wanted: dict[int | None, KafkaCluster | None] = {None: None}
-        wanted.update({c.pk: c for c in KafkaCluster.objects.all()})
-        for key in set(self._threads) - set(wanted):
-            thread, done = self._threads.pop(key)
-            done.set()
-            self.ingesters.pop(key, None)
+        for row in KafkaCluster.objects.all():
+            if is_verified(row):
+                wanted[row.pk] = row
+                self._waiting.discard(row.pk)
+            elif row.pk not in self._waiting:
+                self._waiting.add(row.pk)
+                log.warning(
+                    "dlq-ingest does not read Kafka cluster %s: no admin's connection test passed on its "
+                    "current settings",
+                    row.name,
+                )
+        for key in list(self._threads):
+            current = wanted.get(key)
+            approved = current.verified_fingerprint if current is not None else ""
+            if key not in wanted or approved != self._approved.get(key):
+                self._stop_thread(key)
         for key, cluster in wanted.items():
             if key not in self._threads:
                 done = threading.Event()
@@ -724,6 +749,7 @@ class ClusterIngesters:
                     target=self._serve, args=(cluster, done), name=f"dlq-ingest-{cluster_name(cluster)}"
                 )
                 self._threads[key] = (thread, done)
+                self._approved[key] = "" if cluster is None else cluster.verified_fingerprint
                 thread.start()
 
     def assigned(self) -> bool:
@@ -742,7 +768,7 @@ class ClusterIngesters:
         self.stop.set()
         for _thread, done in self._threads.values():
             done.set()
-        for thread, _done in self._threads.values():
+        for thread in [*(t for t, _ in self._threads.values()), *self._retired]:
             thread.join(timeout)
 
     def install_signal_handlers(self) -> None:

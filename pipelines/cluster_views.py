@@ -1,7 +1,9 @@
 """The Kafka clusters pages (admin): ``/clusters/`` lists every cluster with a "Test connection" button,
 ``/clusters/new/`` and ``/clusters/<name>/edit/`` add and change one, ``/clusters/<name>/delete/`` removes an
 unused one after its name is typed again. Thin over ``pipelines.clusters``, which checks, audits and never
-holds a password (only where it is: ``env:KAFKA_<NAME>`` or ``file:<path>``)."""
+holds a password (only where it is, bound to the cluster: ``env:STREAMFORGE_CLUSTER_<NAME>_PASSWORD`` or
+``file:<credential dir>/<name>/<file>``). A new or changed cluster is connected to only after its test
+passes."""
 
 from __future__ import annotations
 
@@ -38,9 +40,17 @@ class ClusterForm(forms.Form):
         max_length=1000,
         required=False,
         label="Password reference",
-        help_text="where the password is, never the password: env:KAFKA_<NAME> or file:/run/secrets/<file>",
+        help_text=(
+            "where the password is, never the password: env:STREAMFORGE_CLUSTER_<NAME>_PASSWORD or "
+            "file:/run/secrets/<cluster name>/<file>"
+        ),
     )
-    ssl_ca_location = forms.CharField(max_length=1000, required=False, label="CA file (PEM)")
+    ssl_ca_location = forms.CharField(
+        max_length=1000,
+        required=False,
+        label="CA file (PEM)",
+        help_text="in the cluster's own credential folder, like the certificate and key",
+    )
     ssl_certificate_location = forms.CharField(
         max_length=1000, required=False, label="Client certificate file (PEM, for mTLS)"
     )
@@ -86,7 +96,8 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def cluster_test(request: HttpRequest, name: str) -> HttpResponse:
-    """Connect to the cluster now and show what was found above the list."""
+    """Connect to the cluster now and show what was found above the list; a pass approves its settings
+    (audited, ``clusters.check_cluster``)."""
     actor = _admin(request)
     row = None if name == DEFAULT_CLUSTER_NAME else _row(name)
     return _list(request, clusters.check_cluster(actor=actor, cluster=row))
@@ -113,7 +124,10 @@ def cluster_edit(request: HttpRequest, name: str | None = None) -> HttpResponse:
                 for problem in problems:
                     form.add_error(field if field in form.fields else None, problem)
         else:
-            messages.success(request, f"Cluster {saved.name} saved. Test its connection below.")
+            messages.success(
+                request,
+                f"Cluster {saved.name} saved. Nothing connects to it until its connection test below passes.",
+            )
             return redirect("cluster-list")
     context = {"form": form, "cluster": row, "section": "clusters"}
     return render(request, "pipelines/cluster_form.html", context, status=400)

@@ -3,21 +3,39 @@ rows an admin adds; how each becomes a ``streamforge_core.kafka.KafkaConnection`
 (create, change, delete, test), admin-only and audited.
 
 Every control-plane Kafka client (the driver's launch, lag reads, topic administration, DLQ ingest, replay,
-readiness) asks ``connection_for(cluster)`` for its connection; ``None`` is the default cluster.
+test messages, readiness) asks ``connection_for(cluster)`` for its connection; ``None`` is the default
+cluster. That is the one gate: a named cluster is connected to only once an admin's connection test passed
+on its current settings (``is_verified``); until then ``connection_for`` raises ``ClusterNotVerified``.
 
 Secrets are references, never values (DESIGN.md "Kafka clusters"). A row names where the SASL password is:
-``env:KAFKA_<NAME>`` (a variable of the processes' environment) or ``file:<path>`` (a mounted secret, e.g. a
-Kubernetes Secret volume or Docker secret). Chosen over encrypting the password into the database because
-then the database, its dumps and backups, the admin's screen and the audit trail never hold anything a
-thief could use, rotation is the secret store's job (a new file is read by the next client), and there is
-no key to manage. The cost: an admin cannot paste a password into the UI; the deployment has to provide it.
-References are confined so a cluster cannot be used to send the server's other secrets to a broker of the
-admin's choosing: variables must start with ``KAFKA_``, and files (passwords, CA, certificate, key) must lie
-under ``STREAMFORGE_KAFKA_CREDENTIAL_DIRS``.
+``env:STREAMFORGE_CLUSTER_<NAME>_PASSWORD`` (a variable of the processes' environment) or ``file:<path>`` (a
+mounted secret, e.g. a Kubernetes Secret volume or Docker secret). Chosen over encrypting the password into
+the database because then the database, its dumps and backups, the admin's screen and the audit trail never
+hold anything a thief could use, rotation is the secret store's job (a new file is read by the next client),
+and there is no key to manage. The cost: an admin cannot paste a password into the UI; the deployment has to
+provide it.
+
+References are bound to their cluster (security review #28, finding 2), so a cluster cannot be used to send
+the server's other secrets, another cluster's among them, to a broker of the admin's choosing:
+
+* an ``env:`` reference names exactly the cluster's own variable, ``password_variable(name)``:
+  ``STREAMFORGE_CLUSTER_`` + the name upper-cased with ``-`` as ``_`` + ``_PASSWORD`` (``prod-eu`` ->
+  ``STREAMFORGE_CLUSTER_PROD_EU_PASSWORD``). Names are lower-case letters, digits and ``-``, so the mapping
+  is one-to-one and no cluster can name another's variable; the default cluster's ``KAFKA_*`` variables are
+  never reachable from a row;
+* a file (password, CA, certificate, key) lies in the cluster's own folder, ``<dir>/<name>/``, under one of
+  the credential directories (``STREAMFORGE_KAFKA_CREDENTIAL_DIRS``), once ``..`` and symbolic links are
+  resolved. The top of a credential directory (where the default cluster's files may be) belongs to no row.
+
+``secret_sources`` says which variables and files a cluster's references name (what a child process that
+connects to that cluster may need).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -30,12 +48,14 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import ProtectedError
+from django.utils import timezone
 
 from access import audit
 from access.permissions import is_admin
 from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster, Pipeline
 from pipelines.spec import parse_spec
 from streamforge_core.kafka import (
+    ENVIRONMENT,
     SASL_MECHANISMS,
     SECURITY_PROTOCOLS,
     KafkaConnection,
@@ -44,8 +64,6 @@ from streamforge_core.kafka import (
 )
 from streamforge_core.kafka_probe import ProbeReport, Problem, probe
 
-#: An environment reference: ``env:`` and a variable name starting with ``KAFKA_``.
-_ENV_REF = re.compile(r"^env:(?P<name>KAFKA_[A-Z0-9_]+)$")
 _SLUG = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 _HOST_PORT = re.compile(r"^(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._-]+):[0-9]{1,5}$")
 
@@ -54,6 +72,11 @@ FIELDS = (
     "description", "bootstrap_servers", "security_protocol", "sasl_mechanism", "sasl_username",
     "password_ref", "ssl_ca_location", "ssl_certificate_location", "ssl_key_location", "verify_hostname",
 )  # fmt: skip
+#: The fields that say where and how to connect: an admin's passing test approves these values (with the
+#: name), and a change to any of them withdraws the approval (``settings_fingerprint``).
+CONNECTION_FIELDS = FIELDS[1:]
+#: The file fields of a cluster, each a path that must lie in the cluster's own credential folder.
+FILE_FIELDS = ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location")
 
 
 class ClusterError(ValueError):
@@ -71,44 +94,66 @@ class CredentialUnavailable(ValueError):
 
 
 def credential_dirs() -> list[Path]:
-    """The directories referenced credential files must lie in (``STREAMFORGE_KAFKA_CREDENTIAL_DIRS``),
-    resolved (symbolic links followed)."""
+    """The credential directories (``STREAMFORGE_KAFKA_CREDENTIAL_DIRS``), resolved (symbolic links
+    followed). A named cluster's files lie in its own folder of one of them (``cluster_folders``)."""
     return [Path(d).resolve() for d in settings.KAFKA_CREDENTIAL_DIRS if d]
 
 
-def _file_problem(path: str) -> str | None:
-    """Why ``path`` may not be referenced (None when it may): absolute, and inside a credential directory once
-    ``..`` and symbolic links are resolved."""
+def cluster_folders(name: str) -> list[Path]:
+    """The folders ``name``'s files may lie in: ``<credential dir>/<name>`` for each credential directory.
+    The folder itself is not resolved: a folder that is a link elsewhere is refused by ``_file_problem``."""
+    return [d / name for d in credential_dirs()]
+
+
+def password_variable(name: str) -> str:
+    """The one environment variable cluster ``name`` may take its password from:
+    ``STREAMFORGE_CLUSTER_<NAME>_PASSWORD``, ``<NAME>`` the name upper-cased with ``-`` as ``_`` (names are
+    lower-case letters, digits and ``-``, so no two clusters share a variable)."""
+    return f"STREAMFORGE_CLUSTER_{name.upper().replace('-', '_')}_PASSWORD"
+
+
+def _file_problem(path: str, cluster: str) -> str | None:
+    """Why ``path`` may not be referenced by cluster ``cluster`` (None when it may): absolute, and inside the
+    cluster's own folder of a credential directory once ``..`` and symbolic links are resolved."""
     if not path.startswith("/"):
         return "must be an absolute path"
     try:
         real = Path(path).resolve()
     except (OSError, ValueError) as exc:  # a NUL byte, a symbolic-link loop
         return f"is not a usable path ({exc})"
-    allowed = credential_dirs()
-    if not any(real == d or d in real.parents for d in allowed):
-        shown = ", ".join(str(d) for d in allowed) or "none configured"
-        return f"must lie under a credential directory (STREAMFORGE_KAFKA_CREDENTIAL_DIRS: {shown})"
+    folders = cluster_folders(cluster)
+    if not any(folder in real.parents for folder in folders):
+        shown = ", ".join(f"{folder}/" for folder in folders) or "no credential directory is configured"
+        return (
+            f"must lie in cluster {cluster}'s own credential folder ({shown}; "
+            "STREAMFORGE_KAFKA_CREDENTIAL_DIRS/<cluster name>/), not another cluster's or the directory's top"
+        )
     return None
 
 
-def reference_problem(ref: str) -> str | None:
-    """Why ``ref`` is not a usable password reference (``env:KAFKA_<NAME>`` or ``file:<absolute path>`` under
-    a credential directory), or None. Says nothing about whether the secret exists now (that is
-    ``check_cluster``'s job): a secret may be mounted after the row is saved."""
+def reference_problem(ref: str, cluster: str) -> str | None:
+    """Why ``ref`` is not a usable password reference of cluster ``cluster`` (``env:`` +
+    ``password_variable(cluster)``, or ``file:<absolute path>`` in the cluster's credential folder), or
+    None. Says nothing about whether the secret exists now (that is ``check_cluster``'s job): a secret may
+    be mounted after the row is saved."""
+    variable = password_variable(cluster)
     if ref.startswith("env:"):
-        if _ENV_REF.match(ref) is None:
-            return "env: references name a variable starting with KAFKA_ (upper case, digits, _)"
+        if ref.removeprefix("env:") != variable:
+            return f"an env: reference names cluster {cluster}'s own variable, env:{variable}"
         return None
     if ref.startswith("file:"):
-        return _file_problem(ref.removeprefix("file:"))
-    return "must be env:KAFKA_<NAME> or file:<path>, a reference to the password, never the password"
+        return _file_problem(ref.removeprefix("file:"), cluster)
+    return (
+        f"must be env:{variable} or file:<path in {cluster}'s credential folder>, a reference to the "
+        "password, never the password"
+    )
 
 
-def read_password(ref: str) -> Secret:
-    """The password ``ref`` points at, read now (a rotated file is picked up by the next client). One
-    trailing newline of a file is dropped. Raises CredentialUnavailable naming the reference."""
-    if (problem := reference_problem(ref)) is not None:
+def read_password(ref: str, cluster: str) -> Secret:
+    """The password ``ref`` (a reference of cluster ``cluster``) points at, read now (a rotated file is picked
+    up by the next client). One trailing newline of a file is dropped. Raises CredentialUnavailable naming
+    the reference."""
+    if (problem := reference_problem(ref, cluster)) is not None:
         raise CredentialUnavailable(f"password reference {ref!r}: {problem}")
     if ref.startswith("env:"):
         name = ref.removeprefix("env:")
@@ -123,14 +168,56 @@ def read_password(ref: str) -> Secret:
         raise CredentialUnavailable(f"the password file {path} cannot be read: {exc.strerror}") from None
 
 
-def validate(values: Mapping[str, Any]) -> dict[str, list[str]]:
-    """Field problems of a cluster's settings (``FIELDS``; ``name`` too when given): what a 400 names. The
-    connection rules are ``KafkaConnection``'s; the reference and path rules are this module's."""
+@dataclass(frozen=True)
+class ClusterSecrets:
+    """Where a cluster's secrets come from: ``env``, the names of the environment variables its references
+    name (at most its password's), and ``files``, the paths of the files they name (password, CA, client
+    certificate, key), as configured (not resolved). Names and paths only, never a value."""
+
+    env: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+
+
+def secret_sources(cluster: KafkaCluster | None) -> ClusterSecrets:
+    """Which environment variables and files ``cluster``'s references name (None: the default cluster, whose
+    ``KAFKA_*`` variables of ``streamforge_core.kafka.ENVIRONMENT`` that are set, and the files they name).
+
+    Public for whoever builds a child process's environment from an allow-list (the Spark driver's): the
+    variables a cluster's own references name are the only secret variables a process connecting to that
+    cluster needs. A row's references are returned only when they are bound to it (``reference_problem``);
+    a reference that is not is left out, never widened."""
+    if cluster is None:
+        env = tuple(name for name in ENVIRONMENT if os.environ.get(name))
+        files = tuple(
+            os.environ[name]
+            for name in ("KAFKA_SASL_PASSWORD_FILE", *(f"KAFKA_{f.upper()}" for f in FILE_FIELDS))
+            if os.environ.get(name)
+        )
+        return ClusterSecrets(env=env, files=files)
+    env_names: list[str] = []
+    file_paths: list[str] = []
+    ref = cluster.password_ref
+    if ref and reference_problem(ref, cluster.name) is None:
+        (env_names if ref.startswith("env:") else file_paths).append(ref.split(":", 1)[1])
+    for name in FILE_FIELDS:
+        path = str(getattr(cluster, name))
+        if path and _file_problem(path, cluster.name) is None:
+            file_paths.append(path)
+    return ClusterSecrets(env=tuple(env_names), files=tuple(file_paths))
+
+
+def validate(values: Mapping[str, Any], *, cluster: str | None = None) -> dict[str, list[str]]:
+    """Field problems of cluster ``cluster``'s settings (``FIELDS``; ``name`` too when given, which is also
+    the cluster's name when ``cluster`` is None): what a 400 names. The connection rules are
+    ``KafkaConnection``'s; the reference and path rules (bound to the cluster's name) are this module's, and
+    SASL/PLAIN needs TLS (PLAIN sends the password itself to the broker, RFC 4616 section 4: without TLS,
+    to anyone on the path)."""
     errors: dict[str, list[str]] = {}
 
     def add(name: str, message: str) -> None:
         errors.setdefault(name, []).append(message)
 
+    owner = cluster if cluster is not None else str(values.get("name", ""))
     if "name" in values:
         name = str(values["name"])
         if _SLUG.match(name) is None:
@@ -155,34 +242,94 @@ def validate(values: Mapping[str, Any]) -> dict[str, list[str]]:
     if sasl:
         if mechanism not in SASL_MECHANISMS:
             add("sasl_mechanism", f"one of {', '.join(SASL_MECHANISMS)} with {protocol}")
+        elif mechanism == "PLAIN" and not tls:
+            add(
+                "sasl_mechanism",
+                "PLAIN sends the password in clear; without TLS anyone on the path reads it: use SASL_SSL, "
+                "or SCRAM-SHA-256/512",
+            )
         if not username:
             add("sasl_username", f"needed with {protocol}")
         if not ref:
-            add("password_ref", f"needed with {protocol}: env:KAFKA_<NAME> or file:<path>")
-        elif (problem := reference_problem(ref)) is not None:
+            add("password_ref", f"needed with {protocol}: env:{password_variable(owner)} or file:<path>")
+        elif (problem := reference_problem(ref, owner)) is not None:
             add("password_ref", problem)
     else:
         for name in ("sasl_mechanism", "sasl_username", "password_ref"):
             if values.get(name):
                 add(name, f"only with SASL_PLAINTEXT or SASL_SSL, not {protocol}")
-    for name in ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location"):
+    for name in FILE_FIELDS:
         path = str(values.get(name, ""))
         if path and not tls:
             add(name, f"only with SSL or SASL_SSL, not {protocol}")
-        elif path and (problem := _file_problem(path)) is not None:
+        elif path and (problem := _file_problem(path, owner)) is not None:
             add(name, problem)
     if bool(values.get("ssl_certificate_location")) != bool(values.get("ssl_key_location")):
         add("ssl_key_location", "a client certificate needs both the certificate and its key")
     return errors
 
 
+def settings_fingerprint(cluster: KafkaCluster) -> str:
+    """The SHA-256 (hex) of the cluster's name and ``CONNECTION_FIELDS`` values, canonical JSON: what an
+    admin's passing test approves. Any change to where or how to connect (servers, protocol, mechanism,
+    user, references, TLS files, hostname verification) gives another fingerprint. The password itself is
+    not in it: a rotated secret behind the same reference stays approved."""
+    canonical = {"name": cluster.name, **{name: getattr(cluster, name) for name in CONNECTION_FIELDS}}
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def is_verified(cluster: KafkaCluster | None) -> bool:
+    """Whether the product may connect to ``cluster`` on its own: the default cluster (None, the
+    deployment's own) always; a row when an admin's test passed on exactly its current settings (its stored
+    ``verified_fingerprint`` is ``settings_fingerprint`` of the row as it is)."""
+    if cluster is None:
+        return True
+    stored = cluster.verified_fingerprint
+    return bool(stored) and hmac.compare_digest(stored, settings_fingerprint(cluster))
+
+
+class ClusterNotVerified(ValueError):
+    """The product was about to connect to a named cluster that no admin's connection test approved on its
+    current settings (new, changed, or its references no longer valid). The message names the cluster and
+    what to do; a ValueError, so every caller that reports a cluster it cannot connect to reports this."""
+
+
+def _not_verified(cluster: KafkaCluster) -> ClusterNotVerified:
+    return ClusterNotVerified(
+        f"Kafka cluster {cluster.name} has not been tested by an admin since its settings last changed; "
+        "nothing connects to it until an admin's connection test passes (Clusters page, "
+        f"POST /api/clusters/{cluster.name}/test/, or manage.py kafka_cluster test {cluster.name})"
+    )
+
+
 def connection_for(cluster: KafkaCluster | None) -> KafkaConnection:
     """The connection to ``cluster`` (None: the installation's default, ``default_kafka()``), its password
-    read from its reference now. Raises CredentialUnavailable when the password cannot be read, ValueError
-    when the stored settings no longer make a connection."""
+    read from its reference now: the one place every client the product opens gets its connection from.
+
+    A row is read again from the database (a caller's copy may be older than a change), and refused unless
+    an admin's test approved its current settings and they still validate. Raises ClusterNotVerified (new,
+    changed, deleted, or settings that no longer validate), CredentialUnavailable when the password cannot
+    be read, ValueError when the stored settings no longer make a connection; all ValueErrors."""
     if cluster is None:
         return default_kafka()
-    password = read_password(cluster.password_ref) if cluster.password_ref else None
+    current = KafkaCluster.objects.filter(pk=cluster.pk).first()
+    if current is None:
+        raise ClusterNotVerified(f"Kafka cluster {cluster.name} no longer exists")
+    if not is_verified(current):
+        raise _not_verified(current)
+    errors = validate({name: getattr(current, name) for name in FIELDS}, cluster=current.name)
+    if errors:
+        raise ClusterNotVerified(
+            f"Kafka cluster {current.name}'s settings are no longer valid ({ClusterError(errors)}); an admin "
+            "must change and test them"
+        )
+    return _connection(current)
+
+
+def _connection(cluster: KafkaCluster) -> KafkaConnection:
+    """``cluster``'s connection as its row says, with no verification: for the admin's test alone."""
+    password = read_password(cluster.password_ref, cluster.name) if cluster.password_ref else None
     return KafkaConnection(
         bootstrap_servers=cluster.bootstrap_servers,
         security_protocol=cluster.security_protocol,
@@ -215,8 +362,10 @@ def clusters() -> list[KafkaCluster | None]:
 
 class ClusterSettings(TypedDict):
     """A cluster as the UI and the API show it: every setting (the password as its reference, never its
-    value), whether it comes from the ``KAFKA_*`` environment (the default cluster, not editable here) and
-    how many pipelines use it."""
+    value), whether it comes from the ``KAFKA_*`` environment (the default cluster, not editable here), how
+    many pipelines use it, and whether the product may connect to it (``verified``: an admin's test passed
+    on these settings; ``verified_at``, ISO 8601, and ``verified_by``, a user name, of that test, empty when
+    not verified; the default cluster is always verified)."""
 
     name: str
     description: str
@@ -231,6 +380,9 @@ class ClusterSettings(TypedDict):
     ssl_key_location: str
     verify_hostname: bool
     pipelines: int
+    verified: bool
+    verified_at: str
+    verified_by: str
 
 
 def _environment_reference() -> str:
@@ -258,6 +410,9 @@ def describe(cluster: KafkaCluster | None) -> ClusterSettings:
             ssl_key_location=cluster.ssl_key_location,
             verify_hostname=cluster.verify_hostname,
             pipelines=used,
+            verified=(verified := is_verified(cluster)),
+            verified_at=cluster.verified_at.isoformat() if verified and cluster.verified_at else "",
+            verified_by=cluster.verified_by.get_username() if verified and cluster.verified_by else "",
         )
     env = os.environ
     return ClusterSettings(
@@ -274,6 +429,9 @@ def describe(cluster: KafkaCluster | None) -> ClusterSettings:
         ssl_key_location=env.get("KAFKA_SSL_KEY_LOCATION", ""),
         verify_hostname=env.get("KAFKA_SSL_VERIFY_HOSTNAME", "true").lower() not in {"false", "0", "no"},
         pipelines=used,
+        verified=True,
+        verified_at="",
+        verified_by="",
     )
 
 
@@ -292,8 +450,11 @@ def save_cluster(
 ) -> KafkaCluster:
     """Create a cluster (``cluster`` None; ``values`` has ``name``) or change one; only the keys of ``FIELDS``
     (and ``name`` on create) are read, missing ones keep their value (defaults on create). Needs the admin
-    role. Audited (``kafka_cluster.create`` / ``.update``, with the settings before and after: no secret is
-    among them). Raises PermissionDenied, ClusterError (field problems; a taken name)."""
+    role. A new cluster is unverified, and a change to any of ``CONNECTION_FIELDS`` withdraws an admin's
+    approval (``is_verified``): nothing connects to it until a test passes again. Audited
+    (``kafka_cluster.create`` / ``.update``, with the settings before and after: no secret is among them,
+    and whether the approval was withdrawn). Raises PermissionDenied, ClusterError (field problems; a taken
+    name)."""
     _require_admin(actor)
     target = cluster or KafkaCluster(name=str(values.get("name", "")))
     before = None if cluster is None else _audited_settings(cluster)
@@ -302,9 +463,11 @@ def save_cluster(
     for name in FIELDS:
         if isinstance(merged[name], str):
             merged[name] = merged[name].strip()
-    errors = validate({**merged, **({"name": target.name} if cluster is None else {})})
+    errors = validate({**merged, **({"name": target.name} if cluster is None else {})}, cluster=target.name)
     if errors:
         raise ClusterError(errors)
+    connection_changed = before is None or any(before[k] != merged[k] for k in CONNECTION_FIELDS)
+    was_verified = cluster is not None and is_verified(cluster)
     with transaction.atomic():
         if cluster is None and KafkaCluster.objects.filter(name=target.name).exists():
             raise ClusterError({"name": [f"a cluster named {target.name} exists"]})
@@ -312,6 +475,8 @@ def save_cluster(
             setattr(target, name, value)
         if cluster is None:
             target.created_by = actor if isinstance(actor, User) else None
+        if connection_changed:
+            target.verified_fingerprint, target.verified_at, target.verified_by = "", None, None
         target.save()
         audit.record(
             actor=actor,
@@ -320,7 +485,10 @@ def save_cluster(
             target_id=target.name,
             before=before,
             after=_audited_settings(target),
-            details={"changed": sorted(k for k in FIELDS if before is None or before[k] != merged[k])},
+            details={
+                "changed": sorted(k for k in FIELDS if before is None or before[k] != merged[k]),
+                **({"verification_withdrawn": True} if was_verified and connection_changed else {}),
+            },
         )
     return target
 
@@ -357,13 +525,15 @@ def delete_cluster(*, actor: User | AnonymousUser, cluster: KafkaCluster) -> Non
 @dataclass
 class ClusterCheck:
     """``check_cluster``'s answer: the cluster's name, the probe's report (reachability, cluster id, broker
-    count, per-topic operations, problems), and the topics checked for reading and for writing (those the
-    cluster's pipelines name)."""
+    count, per-topic operations, problems), the topics checked for reading and for writing (those the
+    cluster's pipelines name), and whether the cluster is now ``verified`` (approved for the product's own
+    clients)."""
 
     cluster: str
     report: ProbeReport
     read: list[str] = field(default_factory=list)
     write: list[str] = field(default_factory=list)
+    verified: bool = False
 
 
 def topics_of(cluster: KafkaCluster | None) -> tuple[list[str], list[str]]:
@@ -382,19 +552,73 @@ def topics_of(cluster: KafkaCluster | None) -> tuple[list[str], list[str]]:
     return sorted(read), sorted(write)
 
 
+#: The problems that mean the connection itself did not work (as opposed to a topic's ACL or absence).
+_CONNECTION_KINDS = frozenset({"unreachable", "tls", "authentication"})
+
+
+def _connected(report: ProbeReport) -> bool:
+    """Whether the probe reached the cluster and authenticated: what approves a cluster's settings. Topic
+    problems (an ACL missing, a topic not created yet) are the pipelines' business, not the connection's."""
+    return (
+        bool(report.cluster_id)
+        and report.brokers > 0
+        and not any(p.kind in _CONNECTION_KINDS for p in report.problems)
+    )
+
+
 def check_cluster(
     *, actor: User | AnonymousUser, cluster: KafkaCluster | None, timeout: float = 10.0
 ) -> ClusterCheck:
     """Connect to the cluster now and check the principal may read and write what its pipelines name
     (``streamforge_core.kafka_probe.probe``): one problem per failure, worded for the operator
-    (unreachable, TLS and why, authentication failed, not authorized to X on topic Y). Needs the admin role;
-    changes nothing, so it is not audited. A password that cannot be read is an authentication problem."""
+    (unreachable, TLS and why, authentication failed, not authorized to X on topic Y). A password that
+    cannot be read, or settings that no longer validate, is an authentication problem (nothing connects).
+
+    The one connection to a named cluster that needs no approval, because it is the approval: when the
+    probe reached the cluster and authenticated, the row's ``settings_fingerprint`` is stored as verified
+    (only if the row still holds the settings tested), and the product's own clients may connect to it.
+    A failing test withdraws nothing (an outage or a rotated password is not a change of settings; a change
+    is what withdraws an approval). Needs the admin role; audited (``kafka_cluster.test``: ok, verified,
+    the problems' kinds, the connection as ``KafkaConnection.describe`` words it, never a secret)."""
     _require_admin(actor)
     read, write = topics_of(cluster)
     name = cluster_name(cluster)
-    try:
-        conn = connection_for(cluster)
-    except ValueError as exc:  # CredentialUnavailable among them
-        report = ProbeReport(connection=name, problems=[Problem("authentication", str(exc))])
-        return ClusterCheck(name, report, read, write)
-    return ClusterCheck(name, probe(conn, read=read, write=write, timeout=timeout), read, write)
+    errors = (
+        {} if cluster is None else validate({f: getattr(cluster, f) for f in FIELDS}, cluster=cluster.name)
+    )
+    if errors:
+        problem = Problem(
+            "authentication", f"the settings are not valid, change them first: {ClusterError(errors)}"
+        )
+        report = ProbeReport(connection=name, problems=[problem])
+    else:
+        try:
+            conn = default_kafka() if cluster is None else _connection(cluster)
+        except ValueError as exc:  # CredentialUnavailable among them
+            report = ProbeReport(connection=name, problems=[Problem("authentication", str(exc))])
+        else:
+            report = probe(conn, read=read, write=write, timeout=timeout)
+    verified = cluster is None
+    with transaction.atomic():
+        if cluster is not None and _connected(report):
+            tested = {f: getattr(cluster, f) for f in CONNECTION_FIELDS}
+            verified = bool(
+                KafkaCluster.objects.filter(pk=cluster.pk, **tested).update(
+                    verified_fingerprint=settings_fingerprint(cluster),
+                    verified_at=timezone.now(),
+                    verified_by=actor if isinstance(actor, User) else None,
+                )
+            )
+        audit.record(
+            actor=actor,
+            action="kafka_cluster.test",
+            target_type="kafka_cluster",
+            target_id=name,
+            details={
+                "ok": report.ok,
+                "verified": verified,
+                "problems": sorted({p.kind for p in report.problems}),
+                "connection": report.connection,
+            },
+        )
+    return ClusterCheck(name, report, read, write, verified)

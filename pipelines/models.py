@@ -47,10 +47,15 @@ class KafkaCluster(models.Model):
     ``KAFKA_*`` environment, and a pipeline or DLQ topic with no cluster uses it).
 
     Holds how to connect, never a secret: the SASL password is a *reference* (``password_ref``:
-    ``env:KAFKA_<NAME>`` or ``file:/path/under/a/credential/dir``), read each time a client is built, so a
-    database dump, a backup or the admin's screen never holds it and a rotation needs no write here. The TLS
-    files are paths to PEM files under the same directories. ``pipelines.clusters`` validates the whole and
-    turns a row into a ``streamforge_core.kafka.KafkaConnection``.
+    ``env:STREAMFORGE_CLUSTER_<NAME>_PASSWORD`` or ``file:<credential dir>/<name>/<file>``), read each time a
+    client is built, so a database dump, a backup or the admin's screen never holds it and a rotation needs
+    no write here. The TLS files are paths to PEM files in the same folder. ``pipelines.clusters`` validates
+    the whole and turns a row into a ``streamforge_core.kafka.KafkaConnection``.
+
+    ``verified_fingerprint`` is the fingerprint of the connection settings an admin's test last passed on
+    (``pipelines.clusters.settings_fingerprint``; empty: never, or changed since): the product connects to
+    the cluster on its own only while it matches the row's settings. ``verified_at``/``verified_by`` say
+    when and by whom.
     """
 
     name = models.SlugField(max_length=63, unique=True)
@@ -60,12 +65,19 @@ class KafkaCluster(models.Model):
     sasl_mechanism = models.CharField(max_length=16, blank=True)
     sasl_username = models.CharField(max_length=255, blank=True)
     password_ref = models.CharField(
-        max_length=1000, blank=True, help_text="env:KAFKA_<NAME> or file:<path>; never the password itself"
+        max_length=1000,
+        blank=True,
+        help_text="env:STREAMFORGE_CLUSTER_<NAME>_PASSWORD or file:<path>; never the password itself",
     )
     ssl_ca_location = models.CharField(max_length=1000, blank=True)
     ssl_certificate_location = models.CharField(max_length=1000, blank=True)
     ssl_key_location = models.CharField(max_length=1000, blank=True)
     verify_hostname = models.BooleanField(default=True)
+    verified_fingerprint = models.CharField(max_length=64, blank=True)
+    verified_at = models.DateTimeField(null=True, blank=True)
+    verified_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )

@@ -1,8 +1,16 @@
 """Liveness (``/healthz``) and readiness (``/readyz``) probes.
 
-Both answer without authentication, as orchestrators' probes do not log in, and say nothing secret: the
-readiness body names each dependency, whether it answered, how long it took in milliseconds, and for a
-failure the exception class and a short reason.
+Both answer without authentication, as orchestrators' probes do not log in, and tell an anonymous caller
+nothing but the answer (security review #28, finding 2): ``/readyz`` is 200 ``{"status": "ready"}`` or 503
+``{"status": "not ready"}``, no cluster names, no error strings. A signed-in admin gets the details: each
+dependency, whether it answered, how long it took in milliseconds, and for a failure the exception class and
+a short reason.
+
+No request opens a client: the probe's result is cached for ``READINESS_CACHE_SECONDS``
+(``STREAMFORGE_READINESS_CACHE``, default 5 s) per process, and one probe runs at a time (a lock; requests
+arriving meanwhile wait for its result instead of probing too). However many requests arrive, each process
+probes each dependency at most once per period. Named clusters no admin's test approved are not probed at
+all (``pipelines.clusters.connection_for`` refuses them).
 
 Kafka is checked once per cluster: ``kafka`` is the installation's default cluster, ``kafka:<name>`` each
 named one. The default is needed by everything (the audit anchor among it) and fails readiness; a named
@@ -12,18 +20,22 @@ outage must not take the console away from every other team (nor from that team'
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from confluent_kafka.admin import AdminClient
 from django.conf import settings
+from django.core.signals import setting_changed
 from django.db import connection
+from django.dispatch import receiver
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from access.permissions import is_admin
 from pipelines.clusters import connection_for
 from pipelines.models import KafkaCluster
 from streamforge_core import redis_client
@@ -102,8 +114,22 @@ class Readiness(TypedDict):
 
 
 def _connection_check(cluster: KafkaCluster | None) -> Callable[[], None]:
+    """The check of ``cluster``, to run on a pool thread. Its connection is resolved here, on the caller's
+    thread: ``connection_for`` reads the row again from the database, and a pool thread's own database
+    connection would outlive the probe. A cluster that may not be connected to (not approved by an admin's
+    test) or whose password cannot be read fails this check alone, without a client."""
+    try:
+        conn = connection_for(cluster)
+    except ValueError as exc:
+        refusal = exc
+
+        def refused() -> None:
+            raise refusal
+
+        return refused
+
     def check() -> None:
-        check_kafka(connection_for(cluster))  # a password that cannot be read fails this check alone
+        check_kafka(conn)
 
     return check
 
@@ -137,10 +163,48 @@ def readiness() -> Readiness:
     }
 
 
+_probe_lock = threading.Lock()
+_last: dict[str, Any] = {}  # "at": time.monotonic() of the cached probe's end, "result": its Readiness
+
+
+def cached_readiness() -> tuple[Readiness, float]:
+    """The last ``readiness()`` and its age in seconds, probing again only when it is older than
+    ``READINESS_CACHE_SECONDS`` (0: every call). One probe at a time: a caller that finds the cache stale
+    waits for the lock, and a caller that got it after another probed uses that result. Never raises."""
+    ttl = float(settings.READINESS_CACHE_SECONDS)
+
+    def fresh() -> bool:
+        return "at" in _last and time.monotonic() - _last["at"] < ttl
+
+    with _probe_lock:
+        if not fresh():
+            result = readiness()
+            _last.update(at=time.monotonic(), result=result)
+        return _last["result"], round(time.monotonic() - _last["at"], 1)
+
+
+def forget_readiness() -> None:
+    """Drop the cached probe: the next ``cached_readiness`` probes."""
+    with _probe_lock:
+        _last.clear()
+
+
+@receiver(setting_changed)
+def _settings_changed(*, setting: str, **kwargs: Any) -> None:
+    # What a probe depends on changed (tests override settings): a cached answer would be about the old ones.
+    if setting.startswith("READINESS_") or setting in {"KAFKA_BOOTSTRAP_SERVERS", "REDIS_URL", "DATABASES"}:
+        forget_readiness()
+
+
 @require_GET
 @never_cache
 def readyz(request: HttpRequest) -> JsonResponse:
-    """200 when the database, Redis and the default Kafka cluster answer, else 503; the body is
-    ``readiness()`` (named clusters that do not answer are listed in ``degraded``)."""
-    result = readiness()
-    return JsonResponse(result, status=503 if result["failing"] else 200)
+    """200 when the database, Redis and the default Kafka cluster answer, else 503 (named clusters that do
+    not answer, or are not approved, leave it ready). The body is ``{"status": "ready"}`` or
+    ``{"status": "not ready"}``; for a signed-in admin, ``cached_readiness()`` in full with ``age_seconds``.
+    The answer comes from the cache: a request opens no client of its own."""
+    result, age = cached_readiness()
+    status = 503 if result["failing"] else 200
+    if is_admin(request.user):
+        return JsonResponse({**result, "age_seconds": age}, status=status)
+    return JsonResponse({"status": result["status"]}, status=status)

@@ -29,6 +29,7 @@ from rest_framework.views import APIView
 from dlq import test_messages, topic_browser
 from dlq.api.views import ServiceErrorsMixin
 from dlq.topic_browser import BadPosition, TopicNotFound
+from pipelines.clusters import ClusterNotVerified, CredentialUnavailable
 
 # ------------------------------------------------------------------------------------------ serializers
 
@@ -219,7 +220,8 @@ class RecordOutcomesSerializer(serializers.Serializer[Any]):
 
 class TopicErrorsMixin(ServiceErrorsMixin):
     """As ``ServiceErrorsMixin``, plus: TopicNotFound -> 404, BadPosition -> 400 naming the field, a
-    cluster that does not answer -> 503."""
+    cluster that does not answer, or may not be connected to (not approved by an admin's test, a password
+    that cannot be read) -> 503 with the reason."""
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, TopicNotFound):
@@ -229,6 +231,11 @@ class TopicErrorsMixin(ServiceErrorsMixin):
         if isinstance(exc, KafkaException):
             return Response(
                 {"detail": f"the cluster did not answer: {exc}"}, status=status.HTTP_503_SERVICE_UNAVAILABLE
+            )
+        if isinstance(exc, ClusterNotVerified | CredentialUnavailable):
+            return Response(
+                {"detail": f"the Kafka cluster cannot be used: {exc}"},
+                status=status.HTTP_503_SERVICE_UNAVAILABLE,
             )
         return super().handle_exception(exc)
 

@@ -2,8 +2,10 @@
 
 ``default`` is the cluster of the ``KAFKA_*`` environment: listed and testable, not editable here. The others
 are rows: create, change (PATCH/PUT), delete when unused, and ``POST {name}/test/`` to connect now and check
-the principal's access to the topics the cluster's pipelines name. Passwords are references
-(``env:KAFKA_<NAME>`` or ``file:<path>``); no response ever carries a password.
+the principal's access to the topics the cluster's pipelines name. Passwords are references bound to their
+cluster (``env:STREAMFORGE_CLUSTER_<NAME>_PASSWORD`` or ``file:<credential dir>/<name>/<file>``); no response
+ever carries a password. A new or changed cluster is ``verified: false``, and nothing connects to it, until
+an admin's ``test/`` passes.
 """
 
 from __future__ import annotations
@@ -34,12 +36,21 @@ class ClusterSerializer(serializers.Serializer[clusters.ClusterSettings]):
     security_protocol = serializers.ChoiceField(SECURITY_PROTOCOLS)
     sasl_mechanism = serializers.CharField(help_text=f"one of {', '.join(SASL_MECHANISMS)}, with SASL")
     sasl_username = serializers.CharField()
-    password_ref = serializers.CharField(help_text="where the password is: env:KAFKA_<NAME> or file:<path>")
+    password_ref = serializers.CharField(
+        help_text="where the password is: env:STREAMFORGE_CLUSTER_<NAME>_PASSWORD or file:<dir>/<name>/<file>"
+    )
     ssl_ca_location = serializers.CharField()
     ssl_certificate_location = serializers.CharField()
     ssl_key_location = serializers.CharField()
     verify_hostname = serializers.BooleanField()
     pipelines = serializers.IntegerField(help_text="pipelines running on this cluster")
+    verified = serializers.BooleanField(
+        help_text="an admin's test passed on these settings: the product connects to it only then"
+    )
+    verified_at = serializers.CharField(help_text="when that test passed (ISO 8601; empty when not verified)")
+    verified_by = serializers.CharField(
+        help_text="the admin who ran it (empty: not verified, or carried over)"
+    )
 
 
 class ClusterWriteSerializer(serializers.Serializer[dict[str, Any]]):
@@ -83,6 +94,9 @@ class ClusterCheckSerializer(serializers.Serializer[Any]):
     read = serializers.ListField(child=serializers.CharField())
     write = serializers.ListField(child=serializers.CharField())
     problems = ProblemSerializer(many=True, source="report.problems")
+    verified = serializers.BooleanField(
+        help_text="the test reached the cluster and authenticated: these settings are now approved"
+    )
 
 
 def _field_errors(exc: clusters.ClusterError) -> Response:
@@ -183,6 +197,8 @@ class ClusterViewSet(viewsets.ViewSet):
     def test(self, request: Request, name: str) -> Response:
         """Connect now: cluster id, broker count, and whether the principal may read and write the topics
         the cluster's pipelines name; each failure named (unreachable, TLS and why, authentication, not
-        authorized to X on topic Y). 200 whatever it finds: ``ok`` says."""
+        authorized to X on topic Y). 200 whatever it finds: ``ok`` says. When it reached the cluster and
+        authenticated, its current settings are approved (``verified``) and the product's own clients may
+        connect to it. Audited (``kafka_cluster.test``)."""
         checked = clusters.check_cluster(actor=request.user, cluster=self._row(name))
         return Response(ClusterCheckSerializer(checked).data)

@@ -1,6 +1,8 @@
-"""Named Kafka clusters: the rules a cluster's settings obey (passwords only as confined references), their
-administration over the API, the pages and the command (admin only, audited), and what follows a pipeline's
-cluster: DLQ topic ownership per cluster, readiness, and a launch whose password cannot be read."""
+"""Named Kafka clusters: the rules a cluster's settings obey (passwords only as references bound to the
+cluster), their administration over the API, the pages and the command (admin only, audited), and what
+follows a pipeline's cluster: DLQ topic ownership per cluster, readiness, and a launch whose password cannot
+be read. The verification flow itself (an admin's test against real brokers) is test_cluster_secrets.py's;
+here ``approve`` records it directly where a test is about what comes after it."""
 
 from __future__ import annotations
 
@@ -33,15 +35,22 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def creds(tmp_path, settings):
-    """A credential folder with a password file, allowed by settings; another folder beside it, not."""
-    allowed = tmp_path / "secrets"
-    allowed.mkdir()
-    (allowed / "pw").write_text("s3cret-value\n")
+    """The credential folders of clusters prod-eu and west (a password file each) in a credential directory
+    allowed by settings; another folder beside it, not allowed."""
+    root = tmp_path / "secrets"
+    for name in ("prod-eu", "west"):
+        (root / name).mkdir(parents=True)
+        (root / name / "pw").write_text("s3cret-value\n")
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (outside / "pw").write_text("other\n")
-    settings.KAFKA_CREDENTIAL_DIRS = [str(allowed)]
-    return allowed, outside
+    settings.KAFKA_CREDENTIAL_DIRS = [str(root)]
+    return root / "prod-eu", outside
+
+
+def approve(row: KafkaCluster) -> None:
+    """Record an admin's passing test of ``row``'s current settings (what ``check_cluster`` stores)."""
+    KafkaCluster.objects.filter(pk=row.pk).update(verified_fingerprint=clusters.settings_fingerprint(row))
 
 
 @pytest.fixture
@@ -50,13 +59,14 @@ def admin():
 
 
 def _sasl(**overrides):
+    name = overrides.get("name", "prod-eu")
     return {
-        "name": "prod-eu",
+        "name": name,
         "bootstrap_servers": "kafka-1.example.com:9093,kafka-2.example.com:9093",
         "security_protocol": "SASL_SSL",
         "sasl_mechanism": "SCRAM-SHA-512",
         "sasl_username": "streamforge",
-        "password_ref": "env:KAFKA_PROD_EU_PASSWORD",
+        "password_ref": f"env:{clusters.password_variable(name)}",
         **overrides,
     }
 
@@ -69,13 +79,15 @@ def test_a_complete_sasl_cluster_is_valid():
     ("overrides", "field"),
     [
         ({"password_ref": "hunter2"}, "password_ref"),  # a password instead of a reference
-        ({"password_ref": "env:DJANGO_SECRET_KEY"}, "password_ref"),  # not a KAFKA_ variable
+        ({"password_ref": "env:DJANGO_SECRET_KEY"}, "password_ref"),  # not the cluster's variable
+        ({"password_ref": "env:KAFKA_SASL_PASSWORD"}, "password_ref"),  # the default cluster's
         ({"password_ref": "env:kafka_lower"}, "password_ref"),
         ({"password_ref": ""}, "password_ref"),
         ({"sasl_username": ""}, "sasl_username"),
         ({"sasl_mechanism": "GSSAPI"}, "sasl_mechanism"),
         ({"security_protocol": "PLAINTEXT"}, "sasl_mechanism"),  # SASL settings without SASL
         ({"security_protocol": "TLS"}, "security_protocol"),
+        ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN"}, "sasl_mechanism"),  # in clear
         ({"bootstrap_servers": "kafka.example.com"}, "bootstrap_servers"),  # no port
         ({"bootstrap_servers": "kafka.example.com:99999"}, "bootstrap_servers"),
         ({"bootstrap_servers": " , "}, "bootstrap_servers"),
@@ -89,19 +101,22 @@ def test_a_wrong_setting_is_named_with_its_reason(overrides, field):
     assert all(errors[field])
 
 
-def test_referenced_files_must_lie_in_a_credential_directory_even_through_dot_dot_or_a_link(creds, tmp_path):
+def test_referenced_files_must_lie_in_the_clusters_folder_even_through_dot_dot_or_a_link(creds, tmp_path):
     allowed, outside = creds
-    assert clusters.reference_problem(f"file:{allowed}/pw") is None
+    assert clusters.reference_problem(f"file:{allowed}/pw", "prod-eu") is None
+    assert clusters.reference_problem(f"file:{allowed}/pw", "west")  # prod-eu's folder, not west's
     for ref in (
         f"file:{outside}/pw",
-        f"file:{allowed}/../elsewhere/pw",
+        f"file:{allowed}/../../elsewhere/pw",
+        f"file:{allowed}/../west/pw",
+        f"file:{allowed}/../pw",
         "file:relative/pw",
         "file:/etc/shadow",
         f"file:{allowed}/p\x00w",  # the manage.py and service paths have no serializer to refuse a NUL
     ):
-        assert clusters.reference_problem(ref), ref
+        assert clusters.reference_problem(ref, "prod-eu"), ref
     (allowed / "link").symlink_to(outside / "pw")
-    assert clusters.reference_problem(f"file:{allowed}/link")
+    assert clusters.reference_problem(f"file:{allowed}/link", "prod-eu")
     errors = clusters.validate(_sasl(password_ref=f"file:{allowed}/pw", ssl_ca_location=str(outside / "pw")))
     assert list(errors) == ["ssl_ca_location"]
     assert clusters.validate(_sasl(ssl_certificate_location=f"{allowed}/pw"))["ssl_key_location"]
@@ -110,6 +125,7 @@ def test_referenced_files_must_lie_in_a_credential_directory_even_through_dot_do
 def test_a_password_is_read_from_its_reference_each_time_and_never_shown(creds, monkeypatch, admin):
     allowed, _ = creds
     row = clusters.save_cluster(actor=admin, values=_sasl(password_ref=f"file:{allowed}/pw"))
+    approve(row)
     first = clusters.connection_for(row)
     assert first.sasl_password is not None
     assert first.sasl_password.reveal() == "s3cret-value"
@@ -118,9 +134,14 @@ def test_a_password_is_read_from_its_reference_each_time_and_never_shown(creds, 
     rotated = clusters.connection_for(row).sasl_password
     assert rotated is not None
     assert rotated.reveal() == "rotated"
-    row.password_ref = "env:KAFKA_NOT_SET_ANYWHERE"
-    monkeypatch.delenv("KAFKA_NOT_SET_ANYWHERE", raising=False)
-    with pytest.raises(clusters.CredentialUnavailable, match="KAFKA_NOT_SET_ANYWHERE"):
+    row = clusters.save_cluster(
+        actor=admin, values={"password_ref": "env:STREAMFORGE_CLUSTER_PROD_EU_PASSWORD"}, cluster=row
+    )
+    with pytest.raises(clusters.ClusterNotVerified, match="not been tested"):  # a change withdraws it
+        clusters.connection_for(row)
+    approve(row)
+    monkeypatch.delenv("STREAMFORGE_CLUSTER_PROD_EU_PASSWORD", raising=False)
+    with pytest.raises(clusters.CredentialUnavailable, match="STREAMFORGE_CLUSTER_PROD_EU_PASSWORD"):
         clusters.connection_for(row)
 
 
@@ -239,8 +260,9 @@ def test_readiness_reports_an_unreachable_named_cluster_as_degraded_not_failing(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_pipeline_whose_cluster_password_cannot_be_read_halts_with_reason_config(admin, monkeypatch):
-    monkeypatch.delenv("KAFKA_NEVER_SET", raising=False)
-    cluster = clusters.save_cluster(actor=admin, values=_sasl(password_ref="env:KAFKA_NEVER_SET"))
+    monkeypatch.delenv("STREAMFORGE_CLUSTER_PROD_EU_PASSWORD", raising=False)
+    cluster = clusters.save_cluster(actor=admin, values=_sasl())
+    approve(cluster)
     pipeline = create_pipeline(
         actor=admin,
         name="orders",
@@ -253,7 +275,7 @@ def test_a_pipeline_whose_cluster_password_cannot_be_read_halts_with_reason_conf
     assert run is not None
     run = PipelineRun.objects.get(pk=run.pk)
     assert (run.error_type, run.pid) == ("Config", None)
-    assert "KAFKA_NEVER_SET" in run.error_message
+    assert "STREAMFORGE_CLUSTER_PROD_EU_PASSWORD" in run.error_message
     assert Pipeline.objects.get(pk=pipeline.pk).state == PipelineState.HALTED
 
 
@@ -268,7 +290,11 @@ def test_the_pages_let_an_admin_add_test_and_delete_a_cluster(admin, creds):
     refused = browser.post("/clusters/new/", form)
     assert refused.status_code == 400
     assert b"never the password" in refused.content
-    form["password_ref"] = f"file:{allowed}/pw"
+    form["password_ref"] = f"file:{allowed}/pw"  # prod-eu's folder
+    refused = browser.post("/clusters/new/", form)
+    assert refused.status_code == 400
+    assert b"own credential folder" in refused.content
+    form["password_ref"] = f"file:{allowed.parent}/west/pw"
     assert browser.post("/clusters/new/", form).status_code == 302
     assert KafkaCluster.objects.get(name="west").verify_hostname is True
     tested = browser.post("/clusters/default/test/")
@@ -304,7 +330,7 @@ def test_the_command_adds_lists_and_removes_clusters_as_a_named_admin(admin):
     )
     assert actions == ["kafka_cluster.create", "kafka_cluster.delete"]
     assert json.dumps(list(AuditEvent.objects.values("details")), default=str).count("hunter2") == 0
-    assert os.environ.get("KAFKA_NEVER_SET") is None
+    assert os.environ.get("STREAMFORGE_CLUSTER_NORTH_PASSWORD") is None
 
 
 def test_dead_letters_of_two_clusters_share_one_console_and_filter_by_cluster(admin):
@@ -348,3 +374,30 @@ def test_dead_letters_of_two_clusters_share_one_console_and_filter_by_cluster(ad
     listed = page.get("/dlq/?cluster=east")
     assert listed.status_code == 200
     assert b'<option value="east" selected>' in listed.content
+
+
+def test_secret_sources_name_only_the_variables_and_files_a_clusters_own_references_name(
+    creds, admin, monkeypatch
+):
+    """What the driver environment's allow-list asks (security review #28, finding 2)."""
+    allowed, outside = creds
+    row = clusters.save_cluster(
+        actor=admin,
+        values=_sasl(
+            ssl_ca_location=f"{allowed}/pw", password_ref="env:STREAMFORGE_CLUSTER_PROD_EU_PASSWORD"
+        ),
+    )
+    assert clusters.secret_sources(row) == clusters.ClusterSecrets(
+        env=("STREAMFORGE_CLUSTER_PROD_EU_PASSWORD",), files=(f"{allowed}/pw",)
+    )
+    row.password_ref = "env:KAFKA_SASL_PASSWORD"  # a row changed behind the service's back: never widened
+    row.ssl_ca_location = f"{outside}/pw"
+    assert clusters.secret_sources(row) == clusters.ClusterSecrets()
+    for name in ("KAFKA_SASL_PASSWORD", "KAFKA_SSL_CA_LOCATION", "KAFKA_SSL_CERTIFICATE_LOCATION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("KAFKA_SASL_PASSWORD_FILE", "/run/kafka/password")
+    default = clusters.secret_sources(None)
+    assert "KAFKA_SASL_PASSWORD_FILE" in default.env
+    assert "KAFKA_SASL_PASSWORD" not in default.env
+    assert default.files == ("/run/kafka/password",)

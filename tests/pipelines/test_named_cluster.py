@@ -7,7 +7,8 @@ everywhere it must never be: API responses, specs and revisions, audit events, t
 spec file and log, the state folder, Spark's event log, and every log line of the run.
 
 The default cluster is the plaintext test broker; the named one is devstack's ``kafka-secure`` (a second
-single-node cluster), reached over SASL_SSL with SCRAM-SHA-512 as alice.
+single-node cluster), reached over SASL_SSL with SCRAM-SHA-512 as alice. Its password file and CA lie in the
+cluster's own folder of the credential directory (``cluster_credentials``), as references must.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import time
 import uuid
@@ -54,6 +56,17 @@ pytestmark = [
 EVENTS = Path(__file__).resolve().parents[2] / "demo" / "data" / "github-events-2021-07-21.ndjson"
 
 
+def cluster_credentials(root: Path, cluster: str, *users: str) -> Path:
+    """The credential folder of ``cluster`` under the credential directory ``root``: the secured broker's CA
+    (``ca.pem``) and the password files of ``users`` (``<user>.password``), copied from devstack's."""
+    folder = root / cluster
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(_env("CA"), folder / "ca.pem")
+    for user in users:
+        shutil.copy(Path(_env("SECRETS_DIR")) / f"{user}.password", folder / f"{user}.password")
+    return folder
+
+
 def api_for(user) -> APIClient:
     client = APIClient()
     token, _ = Token.objects.get_or_create(user=user)
@@ -88,7 +101,8 @@ def world(settings, tmp_path, monkeypatch):
     settings.STATE_DIR = tmp_path / "state"
     settings.SPARK_MASTER = "local[2]"
     settings.PROGRESS_CONSUMER_GROUP = f"test-{suffix}"
-    settings.KAFKA_CREDENTIAL_DIRS = [_env("SECRETS_DIR"), str(Path(_env("CA")).parent)]
+    settings.KAFKA_CREDENTIAL_DIRS = [str(tmp_path / "credentials")]
+    folder = cluster_credentials(tmp_path / "credentials", "payments-secure", "alice")
     events = tmp_path / "spark-events"
     events.mkdir()
     conf = tmp_path / "spark-conf"
@@ -107,7 +121,7 @@ def world(settings, tmp_path, monkeypatch):
         "dlq": f"secure.dlq-{suffix}",
     }
     internal.create_topics([NewTopic(topics["source"], 2, 1)])[topics["source"]].result(timeout=30)
-    yield {"suffix": suffix, "topics": topics, "events": events, "tmp": tmp_path}
+    yield {"suffix": suffix, "topics": topics, "events": events, "tmp": tmp_path, "folder": folder}
     celery_app.conf.task_always_eager = False
     for run in PipelineRun.objects.exclude(pid=None):
         with contextlib.suppress(ProcessLookupError):
@@ -151,10 +165,10 @@ def test_a_pipeline_on_a_named_secured_cluster_runs_is_worked_in_the_console_and
         "security_protocol": "SASL_SSL",
         "sasl_mechanism": "SCRAM-SHA-512",
         "sasl_username": "alice",
-        "ssl_ca_location": _env("CA"),
+        "ssl_ca_location": str(world["folder"] / "ca.pem"),
     }
     call(
-        ops.post("/api/clusters/", {**body, "password_ref": f"file:{_env('SECRETS_DIR')}/alice.password"}),
+        ops.post("/api/clusters/", {**body, "password_ref": f"file:{world['folder']}/alice.password"}),
         403,
     )
     refused = call(api.post("/api/clusters/", {**body, "password_ref": secret}, format="json"), 400)
@@ -162,7 +176,7 @@ def test_a_pipeline_on_a_named_secured_cluster_runs_is_worked_in_the_console_and
     assert not KafkaCluster.objects.exists()
 
     # Given the admin adds the cluster with a reference to the mounted password file and tests it
-    ref = f"file:{_env('SECRETS_DIR')}/alice.password"
+    ref = f"file:{world['folder']}/alice.password"
     created = call(api.post("/api/clusters/", {**body, "password_ref": ref}, format="json"), 201)
     assert created["password_ref"] == ref
     checked = call(api.post("/api/clusters/payments-secure/test/"), 200)
@@ -291,7 +305,11 @@ def test_a_pipeline_on_a_named_secured_cluster_runs_is_worked_in_the_console_and
         json.dumps([e.action, e.target_id, e.details, e.reason, e.before_digest, e.after_digest], default=str)
         for e in AuditEvent.objects.all()
     ]
-    files = [p for folder in (world["tmp"],) for p in folder.rglob("*") if p.is_file()]
+    files = [
+        p
+        for p in world["tmp"].rglob("*")
+        if p.is_file() and world["folder"] not in p.parents  # the mounted secret itself, in its folder
+    ]
     assert any(p.name == "spec.json" for p in files)
     assert any(p.name == "driver.log" for p in files)
     assert any(world["events"].iterdir()), "Spark wrote no event log"
@@ -310,8 +328,10 @@ def test_a_pipeline_on_a_named_secured_cluster_runs_is_worked_in_the_console_and
 
 
 @pytest.mark.django_db
-def test_the_connection_test_names_a_wrong_password_and_a_missing_acl(settings, monkeypatch):
-    settings.KAFKA_CREDENTIAL_DIRS = [_env("SECRETS_DIR"), str(Path(_env("CA")).parent)]
+def test_the_connection_test_names_a_wrong_password_and_a_missing_acl(settings, monkeypatch, tmp_path):
+    settings.KAFKA_CREDENTIAL_DIRS = [str(tmp_path)]
+    wrong_folder = cluster_credentials(tmp_path, "wrong")
+    reader_folder = cluster_credentials(tmp_path, "reader", "bob")
     admin = member(TeamFactory(name="payments"), Role.ADMIN, username="ada")
     api = APIClient()
     api.force_authenticate(admin)
@@ -319,10 +339,15 @@ def test_the_connection_test_names_a_wrong_password_and_a_missing_acl(settings, 
         "bootstrap_servers": _env("SASL_SSL"),
         "security_protocol": "SASL_SSL",
         "sasl_mechanism": "SCRAM-SHA-512",
-        "ssl_ca_location": _env("CA"),
     }
-    monkeypatch.setenv("KAFKA_WRONG_PASSWORD", "not-alices-password")
-    wrong = {**common, "name": "wrong", "sasl_username": "alice", "password_ref": "env:KAFKA_WRONG_PASSWORD"}
+    monkeypatch.setenv("STREAMFORGE_CLUSTER_WRONG_PASSWORD", "not-alices-password")
+    wrong = {
+        **common,
+        "name": "wrong",
+        "sasl_username": "alice",
+        "password_ref": "env:STREAMFORGE_CLUSTER_WRONG_PASSWORD",
+        "ssl_ca_location": str(wrong_folder / "ca.pem"),
+    }
     assert api.post("/api/clusters/", wrong, format="json").status_code == 201
     found = api.post("/api/clusters/wrong/test/").json()
     assert found["ok"] is False
@@ -335,7 +360,8 @@ def test_the_connection_test_names_a_wrong_password_and_a_missing_acl(settings, 
         **common,
         "name": "reader",
         "sasl_username": "bob",
-        "password_ref": f"file:{_env('SECRETS_DIR')}/bob.password",
+        "password_ref": f"file:{reader_folder}/bob.password",
+        "ssl_ca_location": str(reader_folder / "ca.pem"),
     }
     assert api.post("/api/clusters/", reader, format="json").status_code == 201
     suffix = uuid.uuid4().hex[:8]

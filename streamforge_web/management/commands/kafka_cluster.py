@@ -29,8 +29,9 @@ _SETTINGS = {
 class Command(BaseCommand):
     help = (
         "Manage named Kafka clusters: list, add NAME, set NAME, test NAME, remove NAME. Changes need --as, an "
-        "admin's user name, and are audited. Passwords are references: --password-ref env:KAFKA_<NAME> or "
-        "file:<path under STREAMFORGE_KAFKA_CREDENTIAL_DIRS>."
+        "admin's user name, and are audited. Passwords are references bound to the cluster: --password-ref "
+        "env:STREAMFORGE_CLUSTER_<NAME>_PASSWORD or file:<STREAMFORGE_KAFKA_CREDENTIAL_DIRS>/<name>/<file>. "
+        "Nothing connects to a new or changed cluster until `test NAME --as ADMIN` passes."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -84,6 +85,9 @@ class Command(BaseCommand):
                 row = None if name == DEFAULT_CLUSTER_NAME else self._row(name)
                 checked = clusters.check_cluster(actor=actor, cluster=row, timeout=options["timeout"])
                 write_report(self.stdout, checked.report)
+                if row is not None:
+                    state = "verified" if checked.verified else "NOT verified (nothing connects to it)"
+                    self.stdout.write(f"cluster {row.name}: {state}")
             elif verb == "add":
                 row = clusters.save_cluster(
                     actor=self._actor(options["actor"]), values={"name": name, **values}
