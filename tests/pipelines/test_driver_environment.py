@@ -68,8 +68,8 @@ def test_a_driver_gets_only_allowed_variables_and_its_own_clusters_secret_and_st
             "security_protocol": "SASL_SSL",
             "sasl_mechanism": "SCRAM-SHA-512",
             "sasl_username": "alice",
-            "password_ref": f"file:{_env('SECRETS_DIR')}/alice.password",
-            "ssl_ca_location": _env("CA"),
+            "password_ref": f"file:{world['folder']}/alice.password",
+            "ssl_ca_location": str(world["folder"] / "ca.pem"),
         },
         format="json",
     )
@@ -104,7 +104,12 @@ def test_a_driver_gets_only_allowed_variables_and_its_own_clusters_secret_and_st
 
     # Read the JVM's and the Python workers' too, once they exist (the run has consumed every record).
     totals = until(caught_up, 300, "every record consumed by the driver with the allow-listed environment")
-    below = [environ_of(child.pid) for child in psutil.Process(run.pid).children(recursive=True)]
+    below = []
+    for child in psutil.Process(run.pid).children(recursive=True):
+        try:
+            below.append(environ_of(child.pid))
+        except (ProcessLookupError, FileNotFoundError):
+            continue  # a short-lived helper (a shell, a daemon's fork) ended between listing and reading
 
     for env in (driver, *below):
         dumped = json.dumps(env)
