@@ -368,6 +368,11 @@ SPECTACULAR_SETTINGS = {
         "LifecycleActionEnum": ["start", "stop", "restart"],
         "RunbookActionEnum": ["fix", "replay", "skip", "request_delete", "bulk_replay", "bulk_skip"],
     },
+    # dlq.converters: Kafka coordinates in paths, bounded as Kafka bounds them (int32 and int64).
+    "PATH_CONVERTER_OVERRIDES": {
+        "partition": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
+        "offset": {"type": "integer", "format": "int64", "minimum": 0, "maximum": 2**63 - 1},
+    },
 }
 
 # --- security ------------------------------------------------------------------------------------------------
