@@ -23,6 +23,8 @@ from rest_framework.request import Request
 from rest_framework.settings import api_settings
 from rest_framework.throttling import AnonRateThrottle, SimpleRateThrottle, UserRateThrottle
 
+from access.api_tokens import token_is_current
+
 log = logging.getLogger(__name__)
 
 #: What the Redis cache raises while Redis cannot be reached.
@@ -135,3 +137,18 @@ class ThrottledTokenAuthentication(TokenAuthentication):
             throttle.record_failure(request)
             raise
         return result
+
+    def authenticate_credentials(self, key: str) -> tuple[AbstractBaseUser, Token]:
+        """DRF's check (the key exists, its user is active), and the token's binding: a token issued under
+        a password its user no longer has is refused (``access.api_tokens.token_is_current``), so a
+        password change ends every token, by whatever path it was made. Raises AuthenticationFailed."""
+        token = Token.objects.select_related("user", "binding").filter(key=key).first()
+        if token is None:
+            raise exceptions.AuthenticationFailed("Invalid token.")
+        if not token.user.is_active:
+            raise exceptions.AuthenticationFailed("User inactive or deleted.")
+        if not token_is_current(token, token.user):
+            raise exceptions.AuthenticationFailed(
+                "Token no longer valid: its user's password changed after it was issued."
+            )
+        return token.user, token
