@@ -21,7 +21,12 @@ from rest_framework.authentication import TokenAuthentication, get_authorization
 from rest_framework.authtoken.models import Token
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
-from rest_framework.throttling import AnonRateThrottle, SimpleRateThrottle, UserRateThrottle
+from rest_framework.throttling import (
+    AnonRateThrottle,
+    ScopedRateThrottle,
+    SimpleRateThrottle,
+    UserRateThrottle,
+)
 
 from access.api_tokens import token_is_current
 
@@ -51,6 +56,26 @@ class AnonThrottle(_FailOpen, AnonRateThrottle):
 
 class UserThrottle(_FailOpen, UserRateThrottle):
     """Requests per signed-in user or token (``user`` rate), failing open while Redis is down."""
+
+
+class DslThrottle(_FailOpen, ScopedRateThrottle):
+    """Requests per user to the endpoints that evaluate DSL on a caller's input (``POST /api/dsl/evaluate/``,
+    the dry runs): the ``dsl`` rate (``STREAMFORGE_API_RATE_DSL``), beside the ``user`` rate, failing open
+    while Redis is down. A view opts in with ``throttle_scope = DSL_SCOPE``; past the rate, 429 with
+    ``Retry-After`` (security review #28, finding 1)."""
+
+    def get_rate(self) -> str | None:
+        """Read the scope's rate when asked, not at import, so a changed setting applies."""
+        rates: dict[str, Any] = api_settings.DEFAULT_THROTTLE_RATES
+        rate = rates.get(self.scope)
+        return None if rate is None else str(rate)
+
+
+#: The throttle scope of the DSL-evaluating endpoints (``DslThrottle``).
+DSL_SCOPE = "dsl"
+
+#: The throttles of a DSL-evaluating endpoint: the site's defaults and ``DslThrottle``.
+DSL_THROTTLES = [AnonThrottle, UserThrottle, DslThrottle]
 
 
 def client_ip(request: HttpRequest | Request) -> str:
