@@ -87,7 +87,7 @@ def token_is_current(token: Token, user: AbstractBaseUser) -> bool:
     """Whether ``token`` (its ``binding`` loaded or not) was issued under ``user``'s present password and
     the user is active. A token without a binding is not current."""
     try:
-        bound = token.binding.credentials  # type: ignore[attr-defined]
+        bound = token.binding.credentials
     except ApiTokenBinding.DoesNotExist:
         return False
     return bool(user.is_active) and constant_time_compare(bound, credentials_fingerprint(user.password))

@@ -77,7 +77,7 @@ class SessionBoundConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  #
             return False
         if not force and time.monotonic() - self._session_checked < SESSION_RECHECK_SECONDS:
             return True
-        holds = await database_sync_to_async(session_is_current)(self.scope)
+        holds = bool(await database_sync_to_async(session_is_current)(self.scope))
         self._session_checked = time.monotonic()
         if not holds and not self._session_ended:
             self._session_ended = True

@@ -67,7 +67,7 @@ class DslThrottle(_FailOpen, ScopedRateThrottle):
     def get_rate(self) -> str | None:
         """Read the scope's rate when asked, not at import, so a changed setting applies."""
         rates: dict[str, Any] = api_settings.DEFAULT_THROTTLE_RATES
-        rate = rates.get(self.scope)
+        rate = rates.get(str(self.scope))
         return None if rate is None else str(rate)
 
 

@@ -61,16 +61,16 @@ def nesting_path(text: str | bytes, *, limit: int = MAX_JSON_DEPTH, prefix: str 
     # One frame per open container: [is_object, current key or index, whether a key is expected next].
     frames: list[list[Any]] = []
     for match in _TOKEN.finditer(text):
-        token = match.group()
-        if token[0] == '"':
+        lexeme = match.group()
+        if lexeme[0] == '"':
             if frames and frames[-1][0] and frames[-1][2]:
-                frames[-1][1], frames[-1][2] = _key(token), False
+                frames[-1][1], frames[-1][2] = _key(lexeme), False
             continue
-        if token in "[{":
+        if lexeme in "[{":
             if len(frames) >= limit:
                 return ".".join([*([prefix] if prefix else []), *(str(frame[1]) for frame in frames)])
-            frames.append([token == "{", 0 if token == "[" else "", token == "{"])
-        elif token in "]}":
+            frames.append([lexeme == "{", 0 if lexeme == "[" else "", lexeme == "{"])
+        elif lexeme in "]}":
             if frames:
                 frames.pop()
         elif frames:  # a comma: the next array item, or the next object key
@@ -81,11 +81,11 @@ def nesting_path(text: str | bytes, *, limit: int = MAX_JSON_DEPTH, prefix: str 
     return None
 
 
-def _key(token: str) -> str:
+def _key(lexeme: str) -> str:
     try:
-        return str(json.loads(token))
+        return str(json.loads(lexeme))
     except ValueError:
-        return token[1:-1]
+        return lexeme[1:-1]
 
 
 def check_depth(text: str | bytes, *, limit: int = MAX_JSON_DEPTH, prefix: str = "") -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -121,14 +122,15 @@ def _routes(patterns: list[URLPattern | URLResolver], prefix: str = "") -> Itera
 
 
 @pytest.fixture
-def world(kafka_admin: AdminClient) -> Iterator[dict[str, object]]:
+def world(kafka_admin: AdminClient) -> Iterator[dict[str, Any]]:
     """An admin of a team with a pipeline whose source topic exists on the test broker."""
-    team = TeamFactory(name=f"bounds-{uuid.uuid4().hex[:6]}")
+    team: Any = TeamFactory(name=f"bounds-{uuid.uuid4().hex[:6]}")
     admin = member(team, Role.ADMIN, username=f"{team.name}-admin")
     suffix = uuid.uuid4().hex[:8]
     pipeline = create_pipeline(
         actor=admin, name=f"bounds-{suffix}", team=team, spec=github_spec(f"bounds.events-{suffix}", suffix)
     )
+    assert pipeline.current_revision is not None
     topic = pipeline.current_revision.spec["source"]["topics"][0]
     kafka_admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=30)
     # A server error is an answer to report (with every other), not an exception ending the test.
@@ -140,7 +142,7 @@ def world(kafka_admin: AdminClient) -> Iterator[dict[str, object]]:
     kafka_admin.delete_topics([topic])[topic].result(timeout=30)
 
 
-def _call(world: dict[str, object], spec: str, n: str) -> tuple[str, int, bytes]:
+def _call(world: dict[str, Any], spec: str, n: str) -> tuple[str, int, bytes]:
     method, _, path = spec.rpartition(" ")
     path = path.format(n=n, partition=n, p=world["p"], t=world["t"], team=world["team"])
     client = world["api"] if path.startswith("/api/") else world["page"]

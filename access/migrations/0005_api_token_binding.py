@@ -4,10 +4,12 @@ bound to their user's password as it is now, so they keep working until it chang
 import hashlib
 
 import django.db.models.deletion
+from django.apps.registry import Apps
 from django.db import migrations, models
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 
-def bind_existing_tokens(apps, schema_editor):
+def bind_existing_tokens(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     Token = apps.get_model("authtoken", "Token")
     ApiTokenBinding = apps.get_model("access", "ApiTokenBinding")
     ApiTokenBinding.objects.bulk_create(
