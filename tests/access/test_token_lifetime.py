@@ -6,9 +6,12 @@ tokens; the token admin is gone."""
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.test import Client
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -87,6 +90,16 @@ def test_a_token_is_refused_after_a_password_change_in_the_admin_site(root, view
 
     assert changed.status_code == 302, changed.content.decode()[:1000]
     assert answers(key) == 401
+
+
+def test_a_token_is_refused_after_manage_py_changepassword(viewer, key, monkeypatch):
+    from django.contrib.auth.management.commands import changepassword
+
+    monkeypatch.setattr(changepassword.getpass, "getpass", lambda *args, **kwargs: "A typed-in password 8")
+    call_command("changepassword", viewer.username, stdout=io.StringIO())
+
+    assert answers(key) == 401
+    assert not Token.objects.filter(user=viewer).exists()
 
 
 def test_a_user_deactivated_and_reactivated_in_the_admin_site_does_not_get_the_token_back(root, viewer, key):
