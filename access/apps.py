@@ -12,13 +12,15 @@ class AccessConfig(AppConfig):
 
     def ready(self) -> None:
         """Record each log-in lockout django-axes declares in the audit log, and audit every change to
-        people, memberships, teams and API tokens (``access.people_audit``)."""
+        people, memberships, teams and API tokens (``access.people_audit``); bind API tokens to their user's
+        credentials (``access.api_tokens.connect``)."""
         from axes.signals import user_locked_out
 
         from access.lockout import record_lockout
 
         user_locked_out.connect(record_lockout, dispatch_uid="access.record_lockout")
 
-        from access import checks, people_audit  # noqa: F401  # importing checks registers them
+        from access import api_tokens, checks, people_audit  # noqa: F401  # importing checks registers them
 
         people_audit.connect()
+        api_tokens.connect()

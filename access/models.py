@@ -131,3 +131,19 @@ class AuditEvent(models.Model):
 
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         raise AuditLogIsAppendOnly("audit events cannot be deleted")
+
+
+class ApiTokenBinding(models.Model):
+    """Which credentials an API token was issued under (security review #28, finding 6): ``credentials`` is
+    ``access.api_tokens.credentials_fingerprint`` of its user when the token was created, the SHA-256 of the
+    user's password hash. A token whose user's password changed since, by any path (the people API, the
+    admin site, ``set_password``, ``manage.py changepassword``, even a queryset update), is refused at
+    authentication, and deleted by the next save of that user."""
+
+    token = models.OneToOneField(
+        "authtoken.Token", on_delete=models.CASCADE, primary_key=True, related_name="binding"
+    )
+    credentials = models.CharField(max_length=64, help_text="SHA-256 (hex) of the password hash at issue")
+
+    def __str__(self) -> str:
+        return f"binding of token {str(self.token_id)[:6]}"

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
+from rest_framework.permissions import BasePermission
 
 from access.models import Membership, Role, Team
+
+if TYPE_CHECKING:  # DRF's views import the authentication classes, which import this module
+    from rest_framework.request import Request
+    from rest_framework.views import APIView
 
 AnyUser = User | AbstractBaseUser | AnonymousUser
 
@@ -51,3 +58,23 @@ def visible_teams(user: AnyUser) -> QuerySet[Team]:
     if not user.is_authenticated:
         return Team.objects.none()
     return Team.objects.filter(memberships__user_id=user.pk).distinct()
+
+
+def in_a_team(user: AnyUser) -> bool:
+    """Whether the user is an admin or a member (any role) of at least one team."""
+    if not user.is_authenticated:
+        return False
+    return is_admin(user) or Membership.objects.filter(user_id=user.pk).exists()
+
+
+class InATeam(BasePermission):
+    """DRF permission: signed in and a member of some team (``in_a_team``); 401 without credentials, 403
+    for a signed-in user in no team. For endpoints that spend the server's work on a caller's input without
+    touching any team's objects (the DSL playground, dry runs: security review #28, finding 1): a person
+    who belongs to no team has nothing to evaluate there."""
+
+    message = "you are not a member of any team"
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        """True for a signed-in member of a team."""
+        return bool(request.user and request.user.is_authenticated and in_a_team(request.user))

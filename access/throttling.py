@@ -21,7 +21,14 @@ from rest_framework.authentication import TokenAuthentication, get_authorization
 from rest_framework.authtoken.models import Token
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
-from rest_framework.throttling import AnonRateThrottle, SimpleRateThrottle, UserRateThrottle
+from rest_framework.throttling import (
+    AnonRateThrottle,
+    ScopedRateThrottle,
+    SimpleRateThrottle,
+    UserRateThrottle,
+)
+
+from access.api_tokens import token_is_current
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +56,26 @@ class AnonThrottle(_FailOpen, AnonRateThrottle):
 
 class UserThrottle(_FailOpen, UserRateThrottle):
     """Requests per signed-in user or token (``user`` rate), failing open while Redis is down."""
+
+
+class DslThrottle(_FailOpen, ScopedRateThrottle):
+    """Requests per user to the endpoints that evaluate DSL on a caller's input (``POST /api/dsl/evaluate/``,
+    the dry runs): the ``dsl`` rate (``STREAMFORGE_API_RATE_DSL``), beside the ``user`` rate, failing open
+    while Redis is down. A view opts in with ``throttle_scope = DSL_SCOPE``; past the rate, 429 with
+    ``Retry-After`` (security review #28, finding 1)."""
+
+    def get_rate(self) -> str | None:
+        """Read the scope's rate when asked, not at import, so a changed setting applies."""
+        rates: dict[str, Any] = api_settings.DEFAULT_THROTTLE_RATES
+        rate = rates.get(str(self.scope))
+        return None if rate is None else str(rate)
+
+
+#: The throttle scope of the DSL-evaluating endpoints (``DslThrottle``).
+DSL_SCOPE = "dsl"
+
+#: The throttles of a DSL-evaluating endpoint: the site's defaults and ``DslThrottle``.
+DSL_THROTTLES = [AnonThrottle, UserThrottle, DslThrottle]
 
 
 def client_ip(request: HttpRequest | Request) -> str:
@@ -135,3 +162,18 @@ class ThrottledTokenAuthentication(TokenAuthentication):
             throttle.record_failure(request)
             raise
         return result
+
+    def authenticate_credentials(self, key: str) -> tuple[AbstractBaseUser, Token]:
+        """DRF's check (the key exists, its user is active), and the token's binding: a token issued under
+        a password its user no longer has is refused (``access.api_tokens.token_is_current``), so a
+        password change ends every token, by whatever path it was made. Raises AuthenticationFailed."""
+        token = Token.objects.select_related("user", "binding").filter(key=key).first()
+        if token is None:
+            raise exceptions.AuthenticationFailed("Invalid token.")
+        if not token.user.is_active:
+            raise exceptions.AuthenticationFailed("User inactive or deleted.")
+        if not token_is_current(token, token.user):
+            raise exceptions.AuthenticationFailed(
+                "Token no longer valid: its user's password changed after it was issued."
+            )
+        return token.user, token

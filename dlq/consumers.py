@@ -3,7 +3,9 @@ the teams the signed-in user may see. It only forwards what ``dlq.broadcast`` se
 
 The user's teams may change while the console is open: before forwarding, the socket reads them again
 whenever its last look is older than ``ACCESS_RECHECK_SECONDS``, leaves the groups of teams it lost (and
-drops their messages), joins new ones, and closes with 4403 when the user was deactivated."""
+drops their messages), joins new ones, and closes with 4403 when the user was deactivated. The session that
+opened the socket is checked too (``access.socket_sessions``): a password change, a deactivation or a
+sign-out closes the socket with 4401 within ``SESSION_RECHECK_SECONDS``, traffic or not."""
 
 from __future__ import annotations
 
@@ -11,10 +13,10 @@ import time
 from typing import Any
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.contrib.auth import get_user_model
 
 from access.permissions import visible_teams
+from access.socket_sessions import SessionBoundConsumer
 from dlq.broadcast import team_group
 
 #: How stale a socket's idea of its user's teams can get (see ``pipelines.consumers``).
@@ -31,7 +33,7 @@ def _team_ids(user: Any) -> set[int] | None:
     return set(visible_teams(user).values_list("pk", flat=True))
 
 
-class DlqUpdatesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
+class DlqUpdatesConsumer(SessionBoundConsumer):
     """Joins one group per visible team; an anonymous socket is closed with 4401 and gets nothing."""
 
     async def connect(self) -> None:
@@ -46,9 +48,11 @@ class DlqUpdatesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # c
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
+        await self.watch_session()
 
     async def disconnect(self, code: int) -> None:
-        """Leave the groups joined on connect."""
+        """Leave the groups joined on connect, stop checking the session."""
+        await super().disconnect(code)
         for group in getattr(self, "groups_joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
 
@@ -67,6 +71,8 @@ class DlqUpdatesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # c
         return True
 
     async def _forward(self, message: dict[str, Any]) -> None:
+        if not await self.session_holds():
+            return
         if time.monotonic() - self.teams_checked >= ACCESS_RECHECK_SECONDS and not await self._recheck():
             return
         payload = dict(message)

@@ -22,6 +22,7 @@ from dlq.models import (
     DeadLetter,
     Status,
 )
+from streamforge_core.json_depth import MAX_JSON_DEPTH
 
 #: Time-range presets of the list and bulk forms (``range=24h``), newest failures within that long.
 RANGES = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
@@ -160,6 +161,11 @@ class PayloadView:
     default_tab: str
     withheld: bool = False
 
+    @property
+    def depth_limit(self) -> int:
+        """How deep JSON may nest to be shown pretty (a ``too_deep`` payload's note names it)."""
+        return MAX_JSON_DEPTH
+
 
 def payload_views(
     data: bytes | None, *, masking: services.Masking = services.UNMASKED, key: bool = False
@@ -203,6 +209,6 @@ def editor_text(dead_letter: DeadLetter) -> tuple[str, str]:
     rendered = services.render_bytes(value)
     if rendered.encoding == "json":
         return rendered.text, "json"
-    if rendered.encoding == "text":
+    if rendered.encoding in ("text", "too_deep"):
         return rendered.text, "text"
     return "", "text"  # binary: an operator types the replacement from scratch

@@ -2,13 +2,13 @@
 
 from django.urls import URLPattern, path
 
-from dlq import topic_views
+from dlq import converters, topic_views  # noqa: F401  # converters: registers <partition:> and <offset:>
 
 urlpatterns: list[URLPattern] = [
     path("topics/", topic_views.topic_index, name="pipeline-topics"),
     path("topics/<str:topic>/", topic_views.topic_page, name="pipeline-topic"),
     path(
-        "topics/<str:topic>/records/<int:partition>/<int:offset>/",
+        "topics/<str:topic>/records/<partition:partition>/<offset:offset>/",
         topic_views.record_outcomes_page,
         name="pipeline-record-outcomes",
     ),

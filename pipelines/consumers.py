@@ -3,7 +3,9 @@
 
 A socket lives for hours, and the user's teams may change meanwhile: before forwarding, each socket reads
 again which pipelines its user may see whenever its last look is older than ``ACCESS_RECHECK_SECONDS``. A
-user who lost the pipeline a socket follows, or was deactivated, has the socket closed with 4403."""
+user who lost the pipeline a socket follows, or was deactivated, has the socket closed with 4403. The
+session that opened the socket is checked too (``access.socket_sessions``): a password change, a
+deactivation or a sign-out closes the socket with 4401 within ``SESSION_RECHECK_SECONDS``, traffic or not."""
 
 from __future__ import annotations
 
@@ -12,10 +14,10 @@ import time
 from typing import Any
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.contrib.auth import get_user_model
 
 from access.permissions import visible_teams
+from access.socket_sessions import SessionBoundConsumer
 from pipelines.broadcast import ALL_PIPELINES_GROUP, pipeline_group
 from pipelines.models import Pipeline
 
@@ -37,7 +39,7 @@ def _visible_names(user: Any) -> set[str] | None:
     return set(Pipeline.objects.filter(team__in=visible_teams(user)).values_list("name", flat=True))
 
 
-class PipelineUpdatesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
+class PipelineUpdatesConsumer(SessionBoundConsumer):
     """Sends ``pipeline.progress``, ``pipeline.status`` and ``pipeline.alert`` messages as JSON to a
     signed-in user, for the pipelines of their teams only. An anonymous socket closes with 4401, an unknown or
     foreign pipeline with 4404; when the channel layer (Redis) cannot be reached the socket closes with 1011
@@ -64,9 +66,11 @@ class PipelineUpdatesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             return
         self.group = group
         await self.accept()
+        await self.watch_session()
 
     async def disconnect(self, code: int) -> None:
-        """Leave the group joined on connect (if any)."""
+        """Leave the group joined on connect (if any), stop checking the session."""
+        await super().disconnect(code)
         if hasattr(self, "group"):
             try:
                 await self.channel_layer.group_discard(self.group, self.channel_name)
@@ -74,6 +78,8 @@ class PipelineUpdatesConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 log.warning("websocket could not leave %s: %s", self.group, exc)
 
     async def _forward(self, message: dict[str, Any]) -> None:
+        if not await self.session_holds():
+            return
         if time.monotonic() - self.visible_checked >= ACCESS_RECHECK_SECONDS:
             visible = await database_sync_to_async(_visible_names)(self.scope["user"])
             followed = self.scope["url_route"]["kwargs"].get("name")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pipelines.spec import COMMIT_KINDS, DELIVERY_MODES, DESTINATION_KEYS
+from streamforge_core import json_depth
 from streamforge_core.text import UNENCODABLE, unencodable_path
 
 #: The input that says which editor the draft comes from: the structured ``form`` or the ``json`` textarea.
@@ -248,8 +249,8 @@ def spec_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], FormErrors]
     errors = FormErrors()
     if data.get(MODE_FIELD) == "json":
         try:
-            parsed = json.loads(data.get(JSON_FIELD) or "")
-        except ValueError as exc:
+            parsed = json_depth.loads(data.get(JSON_FIELD) or "")
+        except ValueError as exc:  # JsonTooDeep is one: json.loads would raise RecursionError instead
             errors.add("spec", f"not valid JSON: {exc}")
             return {}, errors
         if not isinstance(parsed, dict):
@@ -390,8 +391,8 @@ def messages_from_text(text: str) -> list[dict[str, Any]]:
     stripped = text.strip()
     if stripped.startswith("["):
         try:
-            parsed = json.loads(stripped)
-        except ValueError:
+            parsed = json_depth.loads(stripped)
+        except ValueError:  # too deep too: then each line is a value, which the dry run reports on
             parsed = None
         if isinstance(parsed, list) and all(isinstance(m, dict) for m in parsed):
             return parsed

@@ -54,6 +54,7 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | STREAMFORGE_API_RATE_ANON | 60/minute | API requests an anonymous client (one address) may make |
 | STREAMFORGE_API_RATE_USER | 1200/minute | API requests one signed-in user or token may make |
 | STREAMFORGE_API_RATE_FAILED_TOKEN | 10/minute | wrong API tokens one address may send before its token requests answer 429 |
+| STREAMFORGE_API_RATE_DSL | 60/minute | DSL evaluations (playground, dry runs) one user may request |
 | STREAMFORGE_SESSION_HOURS | 12 | how long a browser session lasts after log-in |
 | STREAMFORGE_METRICS_TOKEN | (none) | bearer token Prometheus sends to /metrics; unset: only signed-in admins read it |
 """
@@ -342,6 +343,7 @@ REST_FRAMEWORK = {
         "anon": env_str("STREAMFORGE_API_RATE_ANON", "60/minute"),
         "user": env_str("STREAMFORGE_API_RATE_USER", "1200/minute"),
         "failed_token": env_str("STREAMFORGE_API_RATE_FAILED_TOKEN", "10/minute"),
+        "dsl": env_str("STREAMFORGE_API_RATE_DSL", "60/minute"),
     },
     # The client address DRF throttles by: the proxy-appended X-Forwarded-For entry, never a client's own.
     "NUM_PROXIES": PROXY_COUNT,
@@ -379,6 +381,11 @@ SPECTACULAR_SETTINGS = {
         "DslKindEnum": ["filter", "transform", "key_transform", "header_transform", "timestamp"],
         "LifecycleActionEnum": ["start", "stop", "restart"],
         "RunbookActionEnum": ["fix", "replay", "skip", "request_delete", "bulk_replay", "bulk_skip"],
+    },
+    # dlq.converters: Kafka coordinates in paths, bounded as Kafka bounds them (int32 and int64).
+    "PATH_CONVERTER_OVERRIDES": {
+        "partition": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
+        "offset": {"type": "integer", "format": "int64", "minimum": 0, "maximum": 2**63 - 1},
     },
 }
 

@@ -2,6 +2,11 @@
 bodies, odd path and query values) for every operation, reads and mutations alike (POST, PUT, PATCH,
 DELETE), as an admin of a team of the fuzz run's own; no request may end in a server error (5xx).
 
+Shape (security review #28, finding 5): ``test_no_nested_body_or_huge_integer_ends_in_a_server_error`` sends
+every operation of the schema bodies with JSON nested hundreds to thousands of levels deep at one of its
+fields (raw text: Python's own encoder cannot write it), every integer field of its body set to a value past
+32 or 64 bits, and every integer path or query parameter likewise; the answer is a 4xx, never a 5xx.
+
 So that mutations reach past "404 not found" into the code that changes things, the fuzz run has a world of
 its own (team, people, a pipeline whose topics exist on the test broker, parked dead letters in a failure
 group, a runbook, a registered DLQ topic, a pending delete approval, a queued bulk action), and generated
@@ -13,6 +18,7 @@ as it was made, and no mutation touches another test's rows. Side effects that w
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,10 +30,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections, transaction
-from hypothesis import HealthCheck
+from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
 
 from access.models import AuditEvent, Role
 from dlq import services
@@ -218,3 +225,111 @@ def test_no_request_ends_in_a_server_error(case, world):
     assert response.status_code < 500, (
         f"{case.method} {case.formatted_path} -> {response.status_code}: {response.text[:500]}"
     )
+
+
+#: Integers past every bound an API value has: a 32-bit partition, a 63-bit offset or id, far past both
+#: (JSON numbers and query values alike), and below zero.
+HUGE_INTEGERS = st.one_of(
+    st.sampled_from([2**31, 2**63, -(2**63) - 1, 10**40, -1]),
+    st.integers(min_value=2**31, max_value=10**400),
+)
+
+#: The operations of the schema, as (method, path template) pairs.
+OPERATIONS = [
+    (method, path)
+    for path, item in schema.raw_schema["paths"].items()
+    for method in item
+    if method in {"get", "post", "put", "patch", "delete"}
+]
+
+
+def _resolve(node: Any) -> Any:
+    while isinstance(node, dict) and "$ref" in node:
+        node = schema.raw_schema["components"]["schemas"][node["$ref"].rsplit("/", 1)[1]]
+    if isinstance(node, dict) and len(node.get("allOf", [])) == 1:
+        return _resolve(node["allOf"][0])
+    return node
+
+
+def _body_schema(method: str, path: str) -> dict[str, Any] | None:
+    body = schema.raw_schema["paths"][path][method].get("requestBody") or {}
+    content = body.get("content", {}).get("application/json")
+    return _resolve(content["schema"]) if content else None
+
+
+def _with_huge_integers(node: dict[str, Any], huge: int, depth: int = 0) -> Any:
+    """An example of the body schema ``node`` holding ``huge`` in every integer field (objects and arrays of
+    objects followed three levels deep); other fields left out."""
+    node = _resolve(node)
+    if node.get("type") == "integer":
+        return huge
+    if node.get("type") == "array" and depth < 3:
+        item = _with_huge_integers(node.get("items", {}), huge, depth + 1)
+        return [] if item is None else [item]
+    if node.get("type") == "object" or "properties" in node:
+        if depth >= 3:
+            return {}
+        found = {
+            name: _with_huge_integers(child, huge, depth + 1)
+            for name, child in node.get("properties", {}).items()
+        }
+        return {name: value for name, value in found.items() if value not in (None, {}, [])}
+    return None
+
+
+def _nested(depth: int, arrays: bool) -> str:
+    return ("[" * depth + "]" * depth) if arrays else ('{"n":' * depth + "0" + "}" * depth)
+
+
+@st.composite
+def _shaped_request(draw: Any, method: str, path: str) -> tuple[str, str, str | None]:
+    """A request to the operation: path and query integers huge, string path parameters real or huge, and
+    for a JSON body either a field nested too deep or every integer field huge."""
+    operation = schema.raw_schema["paths"][path][method]
+    parameters = [
+        _resolve(p)
+        for p in [*schema.raw_schema["paths"][path].get("parameters", []), *operation.get("parameters", [])]
+    ]
+    url = path
+    query: dict[str, str] = {}
+    kind = _path_kind(path)
+    for parameter in parameters:
+        name, where = parameter["name"], parameter["in"]
+        integer = _resolve(parameter.get("schema", {})).get("type") == "integer"
+        if where == "path":
+            known = KNOWN.get("target_topic" if name == "topic" else kind or "", [])
+            choices = [str(v) for v in known] if not integer else []
+            # Mostly a real object, so that the request reaches past "not found" to the integers after it.
+            real = choices and draw(st.integers(min_value=0, max_value=3)) > 0
+            value = draw(st.sampled_from(choices)) if real else str(draw(HUGE_INTEGERS))
+            url = url.replace("{" + name + "}", value)
+        elif where == "query" and integer:
+            query[name] = str(draw(HUGE_INTEGERS))
+    if query:
+        url += "?" + "&".join(f"{k}={v}" for k, v in query.items())
+    body_schema = _body_schema(method, path)
+    if body_schema is None:
+        return method, url, None
+    body = _with_huge_integers(body_schema, draw(HUGE_INTEGERS)) or {}
+    if draw(st.booleans()):
+        return method, url, json.dumps(body)
+    fields = sorted(_resolve(body_schema).get("properties", {})) or ["value"]
+    field = draw(st.sampled_from(fields))
+    deep = _nested(draw(st.integers(min_value=129, max_value=5000)), draw(st.booleans()))
+    return method, url, json.dumps({**body, field: "__DEEP__"}).replace('"__DEEP__"', deep)
+
+
+@pytest.mark.parametrize(("method", "path"), OPERATIONS, ids=[f"{m.upper()} {p}" for m, p in OPERATIONS])
+@hypothesis_settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(data=st.data())
+def test_no_nested_body_or_huge_integer_ends_in_a_server_error(method, path, world, data):
+    method, url, body = data.draw(_shaped_request(method, path))
+    client = APIClient(raise_request_exception=False)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {world}")
+    with transaction.atomic():
+        response = getattr(client, method)(
+            url, data=body, content_type="application/json", HTTP_HOST="127.0.0.1"
+        )
+        transaction.set_rollback(True)
+    shown = "" if response.streaming else response.content.decode(errors="replace")[:300]
+    assert response.status_code < 500, f"{method.upper()} {url[:200]} -> {response.status_code}: {shown}"

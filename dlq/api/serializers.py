@@ -435,11 +435,12 @@ class DlqTopicCreateSerializer(serializers.Serializer[dict[str, Any]]):
 
 class RenderedBytesSerializer(serializers.Serializer[RenderedBytes]):
     """A key or value as the console shows it: pretty JSON (masked paths replaced), text, a hex dump
-    (offset, 16 bytes in hex, their ASCII), nothing, or ``withheld`` from a masked viewer (``text`` then
+    (offset, 16 bytes in hex, their ASCII), nothing, ``withheld`` from a masked viewer (``text`` then
     says ``withheld: not JSON, N bytes, sha256 <hex>`` for a payload, ``withheld: key, N bytes`` for a
-    key); ``size`` in bytes."""
+    key), or ``too_deep``: JSON nested deeper than 128 levels, too deep to display (``text`` is then the
+    stored bytes as they are, undecoded); ``size`` in bytes."""
 
-    encoding = serializers.ChoiceField(["json", "text", "hex", "null", "withheld"])
+    encoding = serializers.ChoiceField(["json", "text", "hex", "null", "withheld", "too_deep"])
     text = serializers.CharField()
     size = serializers.IntegerField()
 

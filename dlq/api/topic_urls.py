@@ -2,6 +2,7 @@
 
 from django.urls import URLPattern, path
 
+from dlq import converters  # noqa: F401  # registers <partition:> and <offset:>
 from dlq.api import topics
 
 urlpatterns: list[URLPattern] = [
@@ -11,7 +12,7 @@ urlpatterns: list[URLPattern] = [
         "topics/<str:topic>/messages/", topics.TopicMessagesView.as_view(), name="pipeline-topic-messages-api"
     ),
     path(
-        "topics/<str:topic>/records/<int:partition>/<int:offset>/outcomes/",
+        "topics/<str:topic>/records/<partition:partition>/<offset:offset>/outcomes/",
         topics.RecordOutcomesView.as_view(),
         name="pipeline-record-outcomes-api",
     ),

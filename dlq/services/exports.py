@@ -57,7 +57,8 @@ def shown_text(data: bytes | None, rendered: RenderedBytes, *, masked_json: bool
     """A key or value as one cell of text, and its encoding, matching the message page's raw tab: ``json``
     and ``text`` are the stored bytes as UTF-8 (with ``masked_json``: the masked JSON, compact), ``withheld``
     the line the page shows instead (``rendering.withheld_payload`` / ``withheld_key``), ``base64`` bytes
-    that are not UTF-8 (the page's hex tab, lossless), and ``null`` (text None) for no bytes."""
+    that are not UTF-8 (the page's hex tab, lossless), ``too_deep`` JSON nested too deep to decode (the
+    stored bytes as UTF-8, as the page's raw tab shows them), and ``null`` (text None) for no bytes."""
     if data is None:
         return None, "null"
     if rendered.encoding == "withheld":

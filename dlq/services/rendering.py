@@ -16,12 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from streamforge_core import json_depth
+
 #: What replaces a masked JSON value or header value.
 MASK = "•••"
 #: At most this many bytes are shown in a hex dump; a last line says how many more there are.
 HEX_DUMP_LIMIT = 64 * 1024
 
-BytesEncoding = Literal["json", "text", "hex", "null", "withheld"]
+BytesEncoding = Literal["json", "text", "hex", "null", "withheld", "too_deep"]
 HeaderEncoding = Literal["text", "hex", "null", "masked"]
 
 
@@ -29,9 +31,10 @@ HeaderEncoding = Literal["text", "hex", "null", "masked"]
 class RenderedBytes:
     """A key or value as the console shows it. ``encoding``: ``json`` (``text`` is the pretty-printed JSON,
     2-space indent, masked paths replaced by ``MASK``), ``text`` (valid UTF-8 that is not JSON), ``hex``
-    (anything else: ``text`` is a ``hex_dump``), ``null`` (no bytes; ``text`` is empty) or ``withheld``
-    (hidden from a masked viewer; ``text`` says so, see ``withheld_payload``). ``size`` is the length of the
-    stored bytes."""
+    (anything else: ``text`` is a ``hex_dump``), ``null`` (no bytes; ``text`` is empty), ``withheld``
+    (hidden from a masked viewer; ``text`` says so, see ``withheld_payload``) or ``too_deep`` (JSON nested
+    deeper than ``MAX_JSON_DEPTH``, too deep to decode or display: ``text`` is the stored bytes as UTF-8,
+    undecoded). ``size`` is the length of the stored bytes."""
 
     encoding: BytesEncoding
     text: str
@@ -136,13 +139,19 @@ def hex_dump(data: bytes, *, limit: int = HEX_DUMP_LIMIT) -> str:
 def render_bytes(data: bytes | None, *, masked_paths: Sequence[str] = ()) -> RenderedBytes:
     """How the console shows a key or value (see ``RenderedBytes``). ``masked_paths`` are JSON paths
     written ``/a/b`` (a list index is a number: ``/items/0``); paths that do not exist are ignored. With any
-    masked path, bytes that are not JSON are withheld (``withheld_payload``)."""
+    masked path, bytes that are not JSON, or JSON too deep to decode, are withheld (``withheld_payload``).
+    JSON nested deeper than ``MAX_JSON_DEPTH`` is not decoded (Python's decoder is recursive: a stored
+    payload 3,000 levels deep would raise RecursionError on every page showing it): it is ``too_deep``."""
     if data is None:
         return RenderedBytes("null", "", 0)
     size = len(data)
     try:
         text = data.decode("utf-8")
-        parsed = json.loads(text)
+        parsed = json_depth.loads(text)
+    except json_depth.JsonTooDeep:
+        if masked_paths:
+            return RenderedBytes("withheld", withheld_payload(data), size)
+        return RenderedBytes("too_deep", text, size)
     except ValueError:  # UnicodeDecodeError is one
         if masked_paths:
             # The paths cannot be found in bytes that are not JSON (truncated JSON, another encoding): the

@@ -51,6 +51,7 @@ class ChannelViewSet(
     permission_classes = [IsAuthenticated]
     serializer_class = ChannelSerializer
     pagination_class = None
+    lookup_value_regex = "[0-9]+"  # an id: anything else names no channel (a 404), as in every viewset
 
     def get_queryset(self) -> QuerySet[Channel]:
         qs = channels.visible_channels(self.request.user)

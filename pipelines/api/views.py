@@ -20,7 +20,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from access.models import Role
-from access.permissions import has_role, visible_teams
+from access.permissions import InATeam, has_role, visible_teams
+from access.throttling import DSL_SCOPE, DSL_THROTTLES
 from pipelines import dsl, supervision
 from pipelines.api.serializers import (
     ActionSerializer,
@@ -94,7 +95,12 @@ class EvaluateView(APIView):
 
     400 with the field and position when the expression does not parse; 200 with ``ok: false`` and the
     error type when evaluation fails (e.g. ``JsonPathNotFound``), as the pipeline would dead-letter it.
+    Members of a team only (403 otherwise), at most the ``dsl`` rate per user (429 with ``Retry-After``).
     """
+
+    permission_classes = [InATeam]
+    throttle_classes = DSL_THROTTLES
+    throttle_scope = DSL_SCOPE
 
     @extend_schema(request=EvaluateRequestSerializer, responses={200: EvaluateResponseSerializer})
     def post(self, request: Request) -> Response:
@@ -126,7 +132,9 @@ class ValidateView(APIView):
     well-formed request: ``{"ok": true, "normalized": ...}`` (the expression as the parser reads it back),
     or ``{"ok": false, "error_type": "DslParse", "position": n, "message": ...}`` with the 0-based character
     offset of the problem (``len(expr)`` when something is missing at the end). The editor calls it as the
-    operator types."""
+    operator types, so it has only the site's rates; members of a team only (403 otherwise)."""
+
+    permission_classes = [InATeam]
 
     @extend_schema(request=ValidateRequestSerializer, responses={200: ValidateResponseSerializer})
     def post(self, request: Request) -> Response:
@@ -161,8 +169,13 @@ def _dry_run(spec: PipelineSpec, revision: int | None, data: dict[str, Any]) -> 
 class DryRunView(APIView):
     """``POST /api/pipelines/{name}/dry-run/``: run sample messages through the current revision (or a draft
     ``spec``) and return, per message and destination, produced (with the output), filtered or
-    dead-lettered (with the error type). Writes nothing. Needs at least the viewer role in the pipeline's team.
+    dead-lettered (with the error type). Writes nothing. Needs at least the viewer role in the pipeline's team
+    (403 for a user in no team, 404 for another team's pipeline); at most the ``dsl`` rate per user (429).
     """
+
+    permission_classes = [InATeam]
+    throttle_classes = DSL_THROTTLES
+    throttle_scope = DSL_SCOPE
 
     @extend_schema(request=DryRunRequestSerializer, responses={200: DryRunReportSerializer})
     def post(self, request: Request, name: str) -> Response:
@@ -189,8 +202,13 @@ class DryRunView(APIView):
 
 class DraftDryRunView(APIView):
     """``POST /api/dsl/dry-run/``: as a pipeline's dry run, for the draft ``spec`` of a pipeline that is
-    not saved yet (the pipeline editor's dry run). Writes nothing, so any signed-in user may. 400 with
-    ``spec.<field>`` errors for an invalid spec, ``messages.<i>.<field>`` for an invalid message."""
+    not saved yet (the pipeline editor's dry run). Writes nothing; members of a team only (403 otherwise),
+    at most the ``dsl`` rate per user (429). 400 with ``spec.<field>`` errors for an invalid spec,
+    ``messages.<i>.<field>`` for an invalid message."""
+
+    permission_classes = [InATeam]
+    throttle_classes = DSL_THROTTLES
+    throttle_scope = DSL_SCOPE
 
     @extend_schema(request=DraftDryRunRequestSerializer, responses={200: DryRunReportSerializer})
     def post(self, request: Request) -> Response:

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
-from channels.routing import URLRouter
-from channels.testing import WebsocketCommunicator
 
 from access.models import Membership, Role
 from dlq import broadcast, consumers
-from streamforge_web.routing import websocket_urlpatterns
 from tests.factories import TeamFactory, member
+from tests.sockets import socket_for
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
@@ -22,8 +20,7 @@ def _changed(team_id: int, dead_letter_id: int) -> None:
 
 
 async def _connect(user):
-    communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), "/ws/dlq/")
-    communicator.scope["user"] = user
+    communicator = await socket_for(user, "/ws/dlq/")
     connected, _ = await communicator.connect()
     assert connected
     await communicator.receive_nothing(0.2)

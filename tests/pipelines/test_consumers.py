@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
-from channels.routing import URLRouter
-from channels.testing import WebsocketCommunicator
 
 from access.models import Role
 from pipelines import broadcast
 from pipelines.services import create_pipeline
-from streamforge_web.routing import websocket_urlpatterns
 from tests.factories import TeamFactory, member
 from tests.pipelines.conftest import github_spec
+from tests.sockets import socket_for
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
@@ -33,8 +31,7 @@ def _status(name: str) -> broadcast.StatusUpdate:
 
 
 async def _connect(user, path):
-    communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), path)
-    communicator.scope["user"] = user
+    communicator = await socket_for(user, path)
     connected, code = await communicator.connect()
     return communicator, connected, code
 
