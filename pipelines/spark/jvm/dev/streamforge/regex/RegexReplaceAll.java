@@ -22,17 +22,22 @@ public final class RegexReplaceAll implements UDF3<String, String, String, Strin
       return null;
     }
     Matcher matcher = Patterns.compiled(regex).matcher(text);
+    int length = text.length();
     StringBuilder out = null;
     int pos = 0;
     int lastEnd = -1;
-    while (matcher.find()) {
+    int from = 0;
+    // The search position is ours, not Matcher.find()'s: after an empty match RE2/J moves on by one UTF-16
+    // unit, which finds "matches" between the two halves of a surrogate pair; we move on by a code point.
+    while (from <= length && matcher.find(from)) {
       int start = matcher.start();
       int end = matcher.end();
+      from = end > start ? end : end + (end < length ? Character.charCount(text.codePointAt(end)) : 1);
       if (start == end && start == lastEnd) {
         continue;
       }
       if (out == null) {
-        out = new StringBuilder(text.length() + 16);
+        out = new StringBuilder(length + 16);
       }
       out.append(text, pos, start);
       expand(template, matcher, out);
