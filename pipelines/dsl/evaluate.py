@@ -542,7 +542,9 @@ def regex_replace_all(pattern: str, replacement: str, text: str) -> str:
     found left to right without overlap, and an empty match right after the previous match is skipped
     (Go and RE2/J's own replace-all do the same; Python's ``re`` and ``java.util.regex`` do not). The
     Spark plan's RE2/J UDF (``pipelines/spark/jvm``) implements the same loop. RE2 finds each match in
-    time linear in the text."""
+    time linear in the rest of the text; a pattern whose every search scans to the end before settling on a
+    short match (``.*y|x`` on ``xxx...``) makes the whole loop quadratic, as in Rust's own ``replace_all``
+    (about 0.2 s here and 3 s in RE2/J for 10 KB of ``x``)."""
     compiled = compile_regex(pattern)
     parts = replacement_groups(pattern, replacement)
     out: list[str] = []
