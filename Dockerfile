@@ -1,10 +1,19 @@
 # The StreamForge Web image used by compose.yaml for web, worker, beat (and, later, dlq-ingest).
-# Stage 1 fetches Spark's Kafka connector with the same pom devstack uses; stage 2 is the application.
+# Stage 1 fetches Spark's Kafka connector and RE2/J with the poms devstack uses and builds our regex UDF jar
+# (pipelines/spark/jvm) as devstack.jars does; stage 2 is the application.
 FROM maven:3.9-eclipse-temurin-17 AS connector
 COPY devstack/maven /maven
+COPY pipelines/spark/jvm /jvm
 RUN mvn -q -B -s /maven/settings.xml -f /maven/spark-kafka.xml dependency:copy-dependencies \
       -DoutputDirectory=/opt/spark-kafka -DincludeScope=runtime \
-      -DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2
+      -DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2 \
+ && mvn -q -B -s /maven/settings.xml -f /maven/re2j.xml dependency:copy-dependencies \
+      -DoutputDirectory=/opt/spark-kafka -DincludeScope=runtime \
+ && mvn -q -B -s /maven/settings.xml dependency:copy -Dartifact=org.apache.spark:spark-sql-api_2.13:4.2.0 \
+      -DoutputDirectory=/tmp/spark-api \
+ && mkdir /tmp/classes \
+ && javac --release 17 -encoding UTF-8 -cp "/tmp/spark-api/*:/opt/spark-kafka/*" -d /tmp/classes $(find /jvm -name '*.java') \
+ && jar cf /opt/spark-kafka/streamforge-regex.jar -C /tmp/classes .
 
 FROM python:3.11-slim-bookworm
 RUN apt-get update \

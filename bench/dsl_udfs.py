@@ -1,29 +1,30 @@
 """Measure what the UDF-compiled DSL forms cost next to a built-in one.
 
 Run: ``python -m bench.dsl_udfs [rows]`` (default 200,000 generated rows, local[2]).
-Prints rows/s for a built-in form (``HASH:SHA256``) and each UDF form (``HASH:MURMUR64``,
-``HASH:MURMUR128``, ``STRING:REGEX_REPLACE`` with an empty-matching pattern in passthrough mode,
-``CACHE_LOOKUP`` against an in-memory store).
+Prints rows/s for a built-in form (``HASH:SHA256``), each Python UDF form (``HASH:MURMUR64``,
+``HASH:MURMUR128``, ``CACHE_LOOKUP`` against an in-memory store) and the JVM UDF over RE2/J that runs
+``STRING:REGEX_REPLACE`` (with an empty-matching pattern in passthrough mode, which took a Python UDF
+before RE2/J).
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
-from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from devstack import jars
 from pipelines.dsl import evaluate as ev
 from pipelines.dsl import parser
-from pipelines.dsl.spark import REQUIRED_SPARK_CONF, SourceColumns, stage_destinations
+from pipelines.dsl.spark import SourceColumns, stage_destinations
+from pipelines.spark.session import build_session
 
 _FORMS = [
     ("built-in HASH:SHA256", "HASH:SHA256,/user/email,h", "error"),
     ("UDF HASH:MURMUR64", "HASH:MURMUR64,/user/email,h", "error"),
     ("UDF HASH:MURMUR128", "HASH:MURMUR128,/user/email,h", "error"),
-    ("UDF STRING:REGEX_REPLACE (Rust empty matches)", "STRING:REGEX_REPLACE,/user/email,x*,-", "passthrough"),
+    ("JVM UDF STRING:REGEX_REPLACE (RE2/J)", "STRING:REGEX_REPLACE,/user/email,x*,-", "passthrough"),
     ("UDF CACHE_LOOKUP", "CACHE_LOOKUP:/user/id,users,profile", "error"),
 ]
 
@@ -33,11 +34,12 @@ def _store() -> ev.KeyValueStore:
 
 
 def main(rows: int) -> None:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-    for name, setting in REQUIRED_SPARK_CONF.items():
-        builder = builder.config(name, setting)
-    spark = builder.getOrCreate()
+    spark = build_session(
+        app_name="bench-dsl-udfs",
+        master="local[2]",
+        jars=[str(jar) for jar in jars.spark_jars()],
+        conf={"spark.ui.enabled": "false"},
+    )
     spark.sparkContext.setLogLevel("ERROR")
     frame = (
         spark.range(rows)

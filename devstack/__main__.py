@@ -133,9 +133,10 @@ def main(argv: list[str] | None = None) -> int:
                 else "devstack: system packages present"
             )
             print(jars.kafka_jars())
+            print(",".join(str(p) for p in jars.spark_jars()))
         elif args.command == "fetch":
             print(jars.kafka_jars())
-            print(",".join(str(p) for p in jars.spark_connector_jars()))
+            print(",".join(str(p) for p in jars.spark_jars()))
         elif args.command == "env":
             for key, value in django_env(profile).items():
                 print(f"export {key}={shlex.quote(value)}")

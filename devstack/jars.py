@@ -1,10 +1,15 @@
 """Fetch the JVM parts from Maven Central with the machine's ``mvn`` into the download cache.
 
-Two sets are fetched, each from a small pom in ``devstack/maven/``:
+Three sets are fetched, each from a small pom in ``devstack/maven/``:
 
 * ``kafka-<version>/``: the Apache Kafka broker (KRaft), its tools and a Log4j 2 binding;
 * ``spark-kafka-<spark version>/``: Spark's ``spark-sql-kafka-0-10_2.13`` connector for the *installed*
-  pyspark, with the jars pyspark does not ship (kafka-clients, commons-pool2, the token provider).
+  pyspark, with the jars pyspark does not ship (kafka-clients, commons-pool2, the token provider);
+* ``re2j-<version>/``: RE2/J, the linear-time regex engine of the Spark plan.
+
+One jar is built: ``streamforge-regex-<digest>/streamforge-regex.jar``, our Spark UDFs over RE2/J
+(``pipelines/spark/jvm``), compiled with the JDK's ``javac`` against the installed pyspark's jars and RE2/J;
+the digest covers the sources, the pyspark version and the RE2/J jar, so a changed source builds a new jar.
 
 A set is complete when its folder holds a ``.complete`` stamp naming the pom digest; a half-finished copy is
 never used, and a rerun with a complete set does nothing.
@@ -13,13 +18,16 @@ never used, and a rerun with a complete set does nothing.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import os
 import re
 import shutil
 import subprocess
+import zipfile
 from importlib.metadata import version
 from pathlib import Path
 
-from devstack.config import MAVEN_DIR, cache_dir
+from devstack.config import MAVEN_DIR, REPO_ROOT, cache_dir
 
 SPARK_CONNECTOR_ARTIFACTS = (
     "spark-sql-kafka-0-10_2.13",
@@ -29,8 +37,15 @@ SPARK_CONNECTOR_ARTIFACTS = (
 )
 
 
+#: Sources of our Spark UDF jar (Java, package ``dev.streamforge.regex``).
+JVM_SOURCES = REPO_ROOT / "pipelines" / "spark" / "jvm"
+#: The UDF jar's file name (``pipelines.spark.session`` checks that a session is given it).
+REGEX_UDF_JAR = "streamforge-regex.jar"
+
+
 class JarFetchError(RuntimeError):
-    """Maven could not produce a jar set; the message carries Maven's own error lines."""
+    """Maven could not produce a jar set, or javac could not build ours; the message carries their error
+    lines."""
 
 
 def kafka_version() -> str:
@@ -103,3 +118,73 @@ def spark_connector_jars() -> list[Path]:
         spark,
     )
     return sorted(target.glob("*.jar"))
+
+
+def re2j_jar() -> Path:
+    """RE2/J's jar (``com.google.re2j:re2j``, version pinned in ``devstack/maven/re2j.xml``), fetched on first
+    use. Raises JarFetchError."""
+    text = (MAVEN_DIR / "re2j.xml").read_text()
+    match = re.search(r"<re2j\.version>([^<]+)</re2j\.version>", text)
+    if match is None:  # pragma: no cover - the pom is ours
+        raise JarFetchError("devstack/maven/re2j.xml has no <re2j.version>")
+    target = _fetch(MAVEN_DIR / "re2j.xml", cache_dir() / f"re2j-{match.group(1)}", [], "")
+    found = sorted(target.glob("re2j-*.jar"))
+    if not found:  # pragma: no cover - Maven copied the dependency or failed above
+        raise JarFetchError(f"no re2j jar in {target}")
+    return found[0]
+
+
+def _pyspark_jars() -> Path:
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise JarFetchError("pyspark is not installed in this environment (make venv)")
+    return Path(spec.origin).parent / "jars"
+
+
+def regex_udf_jar() -> Path:
+    """Our Spark UDF jar over RE2/J (``pipelines/spark/jvm``), built on first use and whenever a source
+    changes. Raises JarFetchError, loudly, when ``javac`` is missing (install a JDK: Debian
+    ``default-jdk-headless``; ``devstack system`` does) or the sources do not compile."""
+    re2j = re2j_jar()
+    sources = sorted(JVM_SOURCES.rglob("*.java"))
+    digest = hashlib.sha256()
+    for source in sources:
+        digest.update(source.relative_to(JVM_SOURCES).as_posix().encode() + b"\0" + source.read_bytes())
+    digest.update(f"pyspark={spark_version()} re2j={re2j.name}".encode())
+    key = digest.hexdigest()[:16]
+    target = cache_dir() / f"streamforge-regex-{key}"
+    jar = target / REGEX_UDF_JAR
+    stamp = target / ".complete"
+    if stamp.exists() and stamp.read_text().strip() == key and jar.exists():
+        return jar
+    javac = shutil.which("javac")
+    if javac is None:
+        raise JarFetchError(
+            "`javac` is not on PATH: install a JDK (Debian package `default-jdk-headless`) and rerun "
+            "`python -m devstack system` (it builds the Spark regex UDF jar)"
+        )
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    classes = partial / "classes"
+    classes.mkdir(parents=True)
+    classpath = os.pathsep.join([f"{_pyspark_jars()}/*", str(re2j)])
+    cmd = [javac, "--release", "17", "-encoding", "UTF-8", "-cp", classpath, "-d", str(classes)]
+    print(f"devstack: building {target.name}/{REGEX_UDF_JAR} with javac ...", flush=True)
+    result = subprocess.run([*cmd, *map(str, sources)], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise JarFetchError(f"javac failed for {JVM_SOURCES}:\n{(result.stderr or result.stdout)[-3000:]}")
+    with zipfile.ZipFile(partial / REGEX_UDF_JAR, "w", zipfile.ZIP_DEFLATED) as out:
+        out.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: streamforge devstack\n\n")
+        for compiled in sorted(classes.rglob("*.class")):
+            out.write(compiled, compiled.relative_to(classes).as_posix())
+    shutil.rmtree(classes)
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    stamp.write_text(key + "\n")
+    return jar
+
+
+def spark_jars() -> list[Path]:
+    """Every jar a pipeline driver needs (``STREAMFORGE_SPARK_JARS``): the Kafka connector set, RE2/J and our
+    regex UDF jar, fetched or built on first use. Raises JarFetchError."""
+    return [*spark_connector_jars(), re2j_jar(), regex_udf_jar()]

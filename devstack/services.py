@@ -267,7 +267,7 @@ def django_env(profile: Profile) -> dict[str, str]:
         "REDIS_URL": profile.redis_url,
         "KAFKA_BOOTSTRAP_SERVERS": profile.kafka_bootstrap,
         "SPARK_MASTER": os.environ.get("SPARK_MASTER", "local[*]"),
-        "STREAMFORGE_SPARK_JARS": ",".join(str(p) for p in jars.spark_connector_jars()),
+        "STREAMFORGE_SPARK_JARS": ",".join(str(p) for p in jars.spark_jars()),
         "STREAMFORGE_STATE_DIR": str(profile.state_dir),
         "STREAMFORGE_WEB_URL": profile.web_url,
         # A named cluster's password and TLS files go in <this>/<cluster name>/ (pipelines.clusters).
@@ -505,6 +505,8 @@ SYSTEM_PACKAGES = {
     "kcat": "kcat",
     "chromium": "chromium",
     "openssl": "openssl",
+    # builds the Spark regex UDF jar (devstack.jars.regex_udf_jar)
+    "javac": "default-jdk-headless",
 }
 
 

@@ -22,8 +22,9 @@ Splitting rules (StreamForge ``src/filter_parser.rs``, kept so existing configs 
 Stricter than StreamForge on purpose (refused at save time): unknown keywords, paths without a
 leading ``/`` or with empty segments (``/``, ``/a//b``, ``/a/``), empty key/header arguments,
 trailing arguments StreamForge silently ignored, empty ``STRING:SPLIT`` delimiters, non-finite
-numbers where a number is produced, and regular expressions that Python ``re`` rejects or whose
-meaning differs between Python, Java (Spark) and Rust (StreamForge) -- see :func:`check_regex`.
+numbers where a number is produced, and regular expressions outside the RE2 syntax both backends run
+(RE2 in Python, RE2/J in Spark) or whose meaning differs from Rust's (StreamForge) -- see
+:func:`check_regex`, which also states the one kept difference: ``\\w \\d \\s \\b`` are ASCII.
 
 One long module on purpose: it is one grammar, and its splitting rules depend on each other.
 """
@@ -32,13 +33,14 @@ from __future__ import annotations
 
 import math
 import re
-import warnings
 from collections.abc import Callable
 from typing import TypeVar, cast
 
+import re2
+
 from pipelines.dsl import ast
 from pipelines.dsl.errors import DslParseError
-from pipelines.dsl.evaluate import decode_json_text
+from pipelines.dsl.evaluate import compile_regex, decode_json_text
 
 __all__ = [
     "FILTER_KEYWORDS",
@@ -186,50 +188,97 @@ def _guarded(expr: object, run: Callable[[_Parser], _T]) -> _T:
 # Regular expressions
 # --------------------------------------------------------------------------------------------
 
-_ALLOWED_FLAGS = frozenset("ims-")
+_ALLOWED_FLAGS = frozenset("imsU-")
+_GROUP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_POSIX_CLASS = re.compile(r"\[:\^?[a-z]+:\]")
 
 
 def check_regex(pattern: str) -> int | None:
     """Return ``None`` if ``pattern`` is accepted, else the offset of the first problem.
 
-    Use :func:`regex_problem` for the message. Accepted: what Python ``re`` compiles and means the
-    same in Java (Spark) and in Rust's ``regex`` crate (StreamForge). Refused:
-    lookahead/lookbehind ``(?=`` ``(?!`` ``(?<=`` ``(?<!`` (Rust has none), back-references and
-    octal escapes ``\\1`` ``\\0`` (Rust has none), Python-only ``(?P<name>`` / ``(?P=name)``,
-    atomic groups ``(?>`` and possessive quantifiers ``a*+`` (Rust has none), comments ``(?#``,
-    conditionals ``(?(1)``, named groups ``(?<name>`` (Python lacks that spelling), inline flags
-    other than ``i``, ``m``, ``s`` (``x`` treats whitespace differently in each engine,
-    ``a``/``u``/``L``/``U`` are engine specific), ``\\Z`` (end of input in Python, before a final
-    newline in Java), ``\\v`` (a vertical tab in Python and Rust, a whitespace class in Java),
-    ``\\U`` (no such escape in Java), ``\\N{...}``, ``\\b`` inside a character class,
-    nested ``[`` and set operators (``&&``, ``--``, ``~~``, ``||``) inside a class, and a ``{`` that
-    does not start a valid ``{n}``/``{n,}``/``{n,m}`` quantifier.
+    Use :func:`regex_problem` for the message. The syntax is the Rust ``regex`` crate's (DSL.md "Regular
+    expressions"), as far as both DSL backends agree on it: accepted = RE2 (``google-re2``, the Python
+    evaluator) compiles it and none of the refusals below applies; the Spark plan runs the same pattern on
+    RE2/J, which accepts the same syntax. Every accepted pattern matches in time linear in the input on
+    both backends (no backtracking engine is involved anywhere).
 
-    Differences that remain (too common to refuse; the Spark compiler should compile with Java's
-    ``UNICODE_CHARACTER_CLASS``, ``(?U)``, to match Python): ``$`` without ``(?m)`` also matches
-    before a final newline in Python and Java but not in Rust; ``\\s`` in Python also matches
-    U+001C..U+001F; Rust-only syntax (``\\pL``, ``[[:alpha:]]``, ``\\z``) is refused because
-    Python cannot compile it.
+    Refused, with the offset of the construct: anything RE2 cannot compile (look-around, back-references,
+    atomic groups, possessive quantifiers, ``\\Z``, ``\\u``, ``\\e``, ``(?x)``, conditionals, comments,
+    a repetition over 1,000, ...), and these, which RE2 compiles but which Rust reads differently or not
+    at all, or which RE2 and RE2/J disagree on: octal escapes ``\\0``/``\\123`` (and ``\\1``), ``\\C``
+    (one byte, RE2 only), ``\\Q...\\E``, ``\\<``/``\\>`` (word start/end in Rust, a literal in RE2),
+    a ``[`` inside a class other than a POSIX class ``[:alpha:]`` and the class set operators ``&&``,
+    ``--``, ``~~`` (nested classes and set operations in Rust, literals in RE2), a ``{`` that does not
+    start a ``{n}``/``{n,}``/``{n,m}`` quantifier, inline flags other than ``i``, ``m``, ``s``, ``U``
+    (``U`` swaps greedy and lazy, as in Rust), and group names that are not ``[A-Za-z_][A-Za-z0-9_]*`` or
+    appear twice (``(?P<name>...)`` and ``(?<name>...)`` are both accepted).
+
+    Known difference from Rust, kept and documented rather than refused: ``\\w``, ``\\d``, ``\\s`` and
+    ``\\b`` are ASCII (RE2 and RE2/J have no Unicode-aware ``\\b``, so translating ``\\w`` alone would make
+    ``\\b`` and ``\\w`` disagree); Rust's are Unicode. Write ``\\pL``, ``\\p{Nd}``, ``[\\pL\\pN_]`` for
+    Unicode classes. Unicode tables follow each engine's version (a newly assigned code point may differ).
     """
     problem = regex_problem(pattern)
     return None if problem is None else problem[0]
 
 
 def regex_problem(pattern: str) -> tuple[int, str] | None:
-    """``(offset, message)`` of the first refused construct in ``pattern``, or ``None``."""
+    """``(offset, message)`` of the first refused construct in ``pattern``, or ``None`` (see
+    :func:`check_regex`). Never raises."""
     found = _scan_regex(pattern)
     if found is not None:
         return found
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            pos = exc.pos if isinstance(exc.pos, int) else 0
-            return (min(max(pos, 0), len(pattern)), f"invalid regular expression: {exc.msg}")
-        except (Warning, OverflowError, RecursionError, ValueError) as exc:
-            return (0, f"invalid regular expression: {exc}")
+    try:
+        compile_regex(pattern)
+    except re2.error as exc:
+        return _re2_problem(pattern, exc)
+    except UnicodeEncodeError as exc:
+        return (exc.start, "invalid regular expression: a lone surrogate is not a character")
+    except (OverflowError, RecursionError, ValueError, TypeError) as exc:
+        return (0, f"invalid regular expression: {exc}")
     return None
+
+
+def _re2_problem(pattern: str, exc: re2.error) -> tuple[int, str]:
+    """RE2's error as ``(offset, message)``: RE2 says ``"<what>: <the offending fragment>"``, so the offset
+    is where that fragment starts (the end of the pattern for a missing ``)``)."""
+    raw = exc.args[0] if exc.args else ""
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+    what, _, fragment = text.partition(": ")
+    if what.startswith(("missing )", "unexpected )")):
+        position = _unbalanced_paren(pattern)
+    else:
+        found = pattern.find(fragment) if fragment else -1
+        position = max(found, 0)
+    return (position, f"invalid regular expression: {text}")
+
+
+def _unbalanced_paren(p: str) -> int:
+    """Offset of the first ``)`` without its ``(``, else of the first ``(`` never closed, else 0
+    (escapes and character classes skipped)."""
+    opened: list[int] = []
+    i, n, in_class = 0, len(p), False
+    while i < n:
+        c = p[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            i += 1
+            i += 1 if p.startswith("^", i) else 0
+            i += 1 if p.startswith("]", i) else 0  # a leading ']' is literal
+            continue
+        elif c == "(":
+            opened.append(i)
+        elif c == ")":
+            if not opened:
+                return i
+            opened.pop()
+        i += 1
+    return opened[0] if opened else 0
 
 
 _QUANTIFIER_RE = re.compile(r"\{[0-9]+(?:,[0-9]*)?\}")
@@ -241,6 +290,7 @@ def _scan_regex(p: str) -> tuple[int, str] | None:
     in_class = False
     class_start = 0
     after_quantifier = False
+    names: set[str] = set()
     while i < n:
         c = p[i]
         if c == "\\":
@@ -249,16 +299,21 @@ def _scan_regex(p: str) -> tuple[int, str] | None:
             d = p[i + 1]
             if d.isdigit():
                 return (i, "back-references and octal escapes are not supported (Rust regex)")
-            if d == "Z":
-                return (i, r"\Z differs between Python and Java; use $ or \z-free patterns")
-            if d == "N":
-                return (i, r"\N{...} is not supported by Rust regex")
-            if d == "v":
-                return (i, r"\v is a vertical tab in Python but a whitespace class in Java")
-            if d == "U":
-                return (i, r"\U escapes are not supported by Java")
+            if d == "C":
+                return (i, r"\C (any single byte) is not supported (Rust regex, RE2/J)")
+            if d == "Q":
+                return (i, r"\Q...\E quoting is not supported (Rust regex); escape each character")
+            if d in "<>":
+                return (i, rf"\{d} is a word boundary in Rust regex but a literal elsewhere; use \b")
             if d == "b" and in_class:
-                return (i, r"\b inside a character class differs between engines")
+                return (i, r"\b inside a character class is not supported")
+            if p.startswith("{", i + 2) and d.isalpha():
+                if d not in "pPx":
+                    return (i, rf"\{d}{{...}} is not supported")
+                close = p.find("}", i + 3)
+                i = n if close < 0 else close + 1  # \p{Greek}, \x{263a}: RE2 checks the name/number
+                after_quantifier = False
+                continue
             i += 2
             after_quantifier = False
             continue
@@ -266,9 +321,13 @@ def _scan_regex(p: str) -> tuple[int, str] | None:
             if c == "]" and i > class_start:
                 in_class = False
             elif c == "[":
-                return (i, "nested character classes / set operations are not supported")
-            elif p.startswith(("&&", "--", "~~", "||"), i):
-                return (i, "character-class set operators differ between engines")
+                posix = _POSIX_CLASS.match(p, i)
+                if posix is None:
+                    return (i, "nested character classes / set operations are not supported")
+                i = posix.end()
+                continue
+            elif p.startswith(("&&", "--", "~~"), i):
+                return (i, "character-class set operators are not supported (a literal in RE2)")
             i += 1
             continue
         if c == "[":
@@ -290,20 +349,30 @@ def _scan_regex(p: str) -> tuple[int, str] | None:
                 continue
             if rest.startswith(("=", "!", "<=", "<!")):
                 return (i, "lookahead/lookbehind is not supported (Rust regex)")
+            if rest.startswith(("P<", "<")):
+                start = i + (4 if rest.startswith("P<") else 3)
+                close = p.find(">", start)
+                name = p[start:close] if close >= 0 else ""
+                if _GROUP_NAME.fullmatch(name) is None:
+                    return (start, "a group name must be letters, digits and '_', not starting with a digit")
+                if name in names:
+                    return (start, f"the group name {name!r} is used twice")
+                names.add(name)
+                i = close + 1
+                after_quantifier = False
+                continue
             if rest.startswith("P"):
-                return (i, "(?P...) named groups are Python-only")
-            if rest.startswith("<"):
-                return (i, "named groups are not supported (Python spells them differently)")
+                return (i, "(?P=name) back-references are not supported (Rust regex)")
             if rest.startswith(">"):
                 return (i, "atomic groups are not supported (Rust regex)")
             if rest.startswith("#"):
-                return (i, "(?#...) comments are not supported (Java, Rust)")
+                return (i, "(?#...) comments are not supported (Rust regex)")
             if rest.startswith("("):
-                return (i, "conditional groups are Python-only")
+                return (i, "conditional groups are not supported (Rust regex)")
             j = i + 2
             while j < n and p[j] not in ":)":
                 if p[j] not in _ALLOWED_FLAGS:
-                    return (j, f"inline flag {p[j]!r} is not supported (only i, m, s)")
+                    return (j, f"inline flag {p[j]!r} is not supported (only i, m, s, U)")
                 j += 1
             i = j
             after_quantifier = False
@@ -311,7 +380,7 @@ def _scan_regex(p: str) -> tuple[int, str] | None:
         if c in "*+?":
             if c == "+" and after_quantifier:
                 return (i, "possessive quantifiers are not supported (Rust regex)")
-            # 'a+?' is lazy; a '+' after it is possessive-lazy nonsense caught by re.
+            # 'a+?' is lazy; a '+' after it is possessive-lazy nonsense RE2 refuses.
             after_quantifier = not (c == "?" and after_quantifier)
             i += 1
             continue

@@ -4,9 +4,11 @@
 A form needs Python when Spark's built-in functions cannot give the evaluator's result:
 
 - ``HASH`` with ``MURMUR64`` / ``MURMUR128`` (transform or key_transform): Spark has no 64/128-bit Murmur3;
-- ``CACHE_LOOKUP`` / ``CACHE_PUT``: they call a key-value store;
-- ``STRING:REGEX_REPLACE`` in ``passthrough`` mode with a pattern that can match the empty string: Rust's
-  regex (StreamForge's behaviour) skips an empty match right after a match, Java's does not.
+- ``CACHE_LOOKUP`` / ``CACHE_PUT``: they call a key-value store.
+
+The regex forms (``REGEX:``, ``KEY_MATCHES:``, ``STRING:REGEX_REPLACE``) are not among them: they run in
+the JVM on RE2/J (our Java UDFs, :data:`pipelines.dsl.spark.REGEX_FUNCTIONS`), whose replace-all loop
+skips an empty match right after a match as Rust's does, in every mode.
 
 Spark's real-time mode refuses Python operators, so a ``low_latency`` pipeline may use none of these
 (DESIGN.md "Delivery modes"). Plain Python: no pyspark, no Django.
@@ -14,13 +16,12 @@ Spark's real-time mode refuses Python operators, so a ``low_latency`` pipeline m
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 from pipelines.dsl import ast
 from pipelines.dsl.evaluate import DestinationSpec, ErrorHandling
 
-__all__ = ["PythonForm", "can_match_empty", "hash_needs_python", "python_forms", "regex_replace_needs_python"]
+__all__ = ["PythonForm", "hash_needs_python", "python_forms"]
 
 _PYTHON_HASHES = frozenset({"MURMUR64", "MURMUR128"})
 
@@ -28,21 +29,6 @@ _PYTHON_HASHES = frozenset({"MURMUR64", "MURMUR128"})
 def hash_needs_python(algorithm: str) -> bool:
     """True for the hash algorithms Spark has no built-in for (``MURMUR64``, ``MURMUR128``)."""
     return algorithm in _PYTHON_HASHES
-
-
-def can_match_empty(pattern: str) -> bool:
-    """Can this (Python-syntax) regular expression match the empty string? True when unsure (a pattern
-    CPython's parser does not read): the UDF then gives the evaluator's answer in every case."""
-    try:
-        parsed = importlib.import_module("re._parser").parse(pattern)  # CPython's regex parser
-        return bool(parsed.getwidth()[0] == 0)
-    except Exception:
-        return True
-
-
-def regex_replace_needs_python(pattern: str, *, passthrough: bool) -> bool:
-    """``STRING:REGEX_REPLACE`` runs in Python in ``passthrough`` mode when the pattern can match empty."""
-    return passthrough and can_match_empty(pattern)
 
 
 @dataclass(frozen=True)
@@ -61,10 +47,6 @@ def _transform_forms(node: ast.Transform, *, passthrough: bool) -> list[tuple[as
             return [(node, f"Spark has no built-in {algorithm} hash")]
         case ast.CacheLookup() | ast.CachePut():
             return [(node, "it calls the key-value store")]
-        case ast.StringRegexReplace(pattern=pattern) if regex_replace_needs_python(
-            pattern, passthrough=passthrough
-        ):
-            return [(node, "its pattern can match the empty string in passthrough mode")]
         case ast.Try(inner=inner):
             # The compiler evaluates TRY's inner transform in passthrough mode only when the pipeline is.
             return _transform_forms(inner, passthrough=passthrough)

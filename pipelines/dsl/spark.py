@@ -17,14 +17,19 @@ How values are represented:
   (``CONSTRUCT`` field order, ``TRY`` fallbacks), and the error type/message ``t``/``m``
   (non-null = the record goes to the DLQ).
 
-Built-in Spark functions only, except ``HASH`` with ``MURMUR64``/``MURMUR128``, ``CACHE_LOOKUP``
-/ ``CACHE_PUT`` and ``STRING:REGEX_REPLACE`` in ``passthrough`` mode with a pattern that can
-match the empty string: those call the evaluator through Python UDFs
-(:mod:`pipelines.dsl.spark_udfs`). Which forms those are is decided once, by
-:mod:`pipelines.dsl.python_forms` (spec validation refuses them for ``low_latency``).
+Built-in Spark functions only, except the regex forms and ``HASH`` with ``MURMUR64``/``MURMUR128``,
+``CACHE_LOOKUP`` / ``CACHE_PUT``. The latter three call the evaluator through Python UDFs
+(:mod:`pipelines.dsl.spark_udfs`); which forms those are is decided once, by
+:mod:`pipelines.dsl.python_forms` (spec validation refuses them for ``low_latency``). ``REGEX:``,
+``KEY_MATCHES:`` and ``STRING:REGEX_REPLACE`` call our JVM functions over RE2/J
+(:data:`REGEX_FUNCTIONS`, sources in ``pipelines/spark/jvm``): linear time on any record (Spark's own
+``rlike``/``regexp_replace`` use ``java.util.regex``, which backtracks: ``(a+)+$`` on a few dozen
+characters stalls a task), the same RE2 syntax and Rust replace-all rule as the evaluator, and no Python
+worker, so ``low_latency`` (Spark's real-time mode) may use them.
 
-Session requirement: :data:`REQUIRED_SPARK_CONF` (duplicate JSON object keys: the last one wins,
-as in Python's ``json``); the driver applies it when it builds the session.
+Session requirements: :data:`REQUIRED_SPARK_CONF` (duplicate JSON object keys: the last one wins,
+as in Python's ``json``) and :func:`register_functions`; the driver applies both when it builds the
+session (:func:`pipelines.spark.session.build_session`).
 
 No Django here: the Spark driver imports this on cluster nodes.
 One long module on purpose: it mirrors the evaluator form by form, and each form's compilation reads
@@ -41,7 +46,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.dsl import ast
@@ -49,12 +54,13 @@ from pipelines.dsl.evaluate import (
     DestinationSpec,
     ErrorHandling,
     KeyValueStore,
-    rust_replacement_parts,
+    replacement_groups,
 )
-from pipelines.dsl.python_forms import hash_needs_python, regex_replace_needs_python
+from pipelines.dsl.python_forms import hash_needs_python
 
 __all__ = [
     "HEADERS_TYPE",
+    "REGEX_FUNCTIONS",
     "REQUIRED_SPARK_CONF",
     "CompiledDestination",
     "SourceColumns",
@@ -67,6 +73,7 @@ __all__ = [
     "lenient_parse_stages",
     "parse_stages",
     "parsed_value",
+    "register_functions",
     "stage_destinations",
     "value_text",
 ]
@@ -77,6 +84,12 @@ REQUIRED_SPARK_CONF: dict[str, str] = {
     "spark.sql.variant.allowDuplicateKeys": "true",
 }
 HEADERS_TYPE = "array<struct<key:string,value:binary>>"
+#: The JVM functions the plan calls, SQL name -> (Java class, return type): a Spark ``UDF2``/``UDF3`` over
+#: RE2/J each (``pipelines/spark/jvm``; the jar is built by ``devstack.jars.regex_udf_jar``).
+REGEX_FUNCTIONS: dict[str, tuple[str, str]] = {
+    "streamforge_regex_find": ("dev.streamforge.regex.RegexFind", "boolean"),
+    "streamforge_regex_replace": ("dev.streamforge.regex.RegexReplaceAll", "string"),
+}
 
 _EPSILON = sys.float_info.epsilon
 _I64_MIN, _I64_MAX, _U64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
@@ -87,8 +100,11 @@ _RUST_WHITESPACE = (
     "\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
 _JSON_WHITESPACE = " \t\n\r"
-# A JSON string literal (possessive, so Java never recurses per character).
-_JSON_STRING = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+# A JSON string literal (possessive, so Java never recurses per character). Never starting at a quote right
+# after a backslash: in JSON an opening quote follows a bracket, a comma, a colon or white space, and without
+# that rule a value like '"\\"\\"\\"...' (never closed) made every quote a start scanning to the end: 2.5 s
+# for 10 KB, 36 s for 40 KB in java.util.regex (review #28, finding 1; tests/pipelines/dsl/test_spark_regex.py).
+_JSON_STRING = r'(?<!\\)"[^"\\]*+(?:\\.[^"\\]*+)*+"'
 _JSON_SCALAR = (
     r"^(?:" + _JSON_STRING + r"|-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?(?:[eE][+-]?[0-9]++)?|true|false|null)$"
 )
@@ -100,9 +116,6 @@ _LONE_SURROGATE = (
 )
 _INTEGRAL_KINDS = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 _NUMBER_KINDS = (*_INTEGRAL_KINDS, "FLOAT", "DOUBLE")
-# Java regex flags giving Python's meaning: d = only \n ends a line (for . ^ $), U = Unicode \w \d \s
-# and case folding.
-_JAVA_FLAGS = "(?dU)"
 
 
 # --------------------------------------------------------------------------------------------
@@ -551,21 +564,26 @@ def _scalar_text(value: Column) -> Column:
 # --------------------------------------------------------------------------------------------
 
 
-def _java_regex(pattern: str) -> str:
-    return _JAVA_FLAGS + pattern
+def register_functions(session: SparkSession) -> None:
+    """Register :data:`REGEX_FUNCTIONS` in ``session`` (``spark.udf.registerJavaFunction``). The RE2/J and
+    UDF jars must be on the session's classpath (``spark.jars``); Spark raises an ``AnalysisException``
+    naming the class otherwise."""
+    for name, (java_class, return_type) in REGEX_FUNCTIONS.items():
+        session.udf.registerJavaFunction(name, java_class, return_type)
 
 
-def _java_replacement(pattern: str, replacement: str) -> str:
-    """A Java ``Matcher.replaceAll`` replacement equal to the Rust one (``$1``, ``${1}``, ``$$``)."""
-    groups = re.compile(pattern).groups
-    out: list[str] = []
-    for part in rust_replacement_parts(replacement):
-        if isinstance(part, int):
-            if part <= groups:
-                out.append(f"${part}")
-        else:  # literal text, ``$$`` already turned into ``$``: escape what Java would read as syntax
-            out.append(re.sub(r"([\\$0-9])", r"\\\1", part))
-    return "".join(out)
+def _regex_find(text: Column, pattern: str) -> Column:
+    """Does ``pattern`` match anywhere in ``text`` (RE2/J; NULL text gives NULL)?"""
+    return F.call_udf("streamforge_regex_find", text, F.lit(pattern))
+
+
+def _regex_template(pattern: str, replacement: str) -> str:
+    """The canonical template :class:`RegexReplaceAll` expands (``$$`` = ``$``, ``${n}`` = group ``n``),
+    from the DSL's Rust-syntax replacement with names resolved (``evaluate.replacement_groups``)."""
+    return "".join(
+        f"${{{part}}}" if isinstance(part, int) else part.replace("$", "$$")
+        for part in replacement_groups(pattern, replacement)
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -664,7 +682,7 @@ def _filter(node: ast.Filter, source: SourceColumns, value: Column, now_ms: Colu
             return ~sub(condition)
         case ast.Regex(path=path, pattern=pattern):
             found = json_path(value, path.segments)
-            return _is_string(found) & F.coalesce(_as_string(found).rlike(_java_regex(pattern)), F.lit(False))
+            return _is_string(found) & F.coalesce(_regex_find(_as_string(found), pattern), F.lit(False))
         case ast.ArrayAny(path=path, element=element) | ast.ArrayAll(path=path, element=element):
             items = _as_array(json_path(value, path.segments))
 
@@ -692,7 +710,7 @@ def _filter(node: ast.Filter, source: SourceColumns, value: Column, now_ms: Colu
         case ast.KeyContains(substring=substring):
             return F.coalesce(F.contains(_key_text(source.key), F.lit(substring)), F.lit(False))
         case ast.KeyMatches(pattern=pattern):
-            return F.coalesce(_key_text(source.key).rlike(_java_regex(pattern)), F.lit(False))
+            return F.coalesce(_regex_find(_key_text(source.key), pattern), F.lit(False))
         case ast.HeaderExists(name=name):
             return _last_header(source.headers, name).isNotNull()
         case ast.HeaderCompare(name=name, op=op, value=expected):
@@ -1220,15 +1238,8 @@ def _string_op(node: _StringNode, text: Column, ctx: _Ctx) -> Column:
             )
             return _to_variant(F.when(position == 0, text).otherwise(replaced))
         case ast.StringRegexReplace(pattern=pattern, replacement=replacement):
-            if regex_replace_needs_python(pattern, passthrough=ctx.passthrough):
-                from pipelines.dsl import spark_udfs
-
-                return _to_variant(spark_udfs.rust_regex_replace(pattern, replacement, text))
-            return _to_variant(
-                F.regexp_replace(
-                    text, F.lit(_java_regex(pattern)), F.lit(_java_replacement(pattern, replacement))
-                )
-            )
+            template = _regex_template(pattern, replacement)
+            return _to_variant(F.call_udf("streamforge_regex_replace", text, F.lit(pattern), F.lit(template)))
         case ast.StringSplit(delimiter=delimiter):
             return _to_variant(F.split(text, re.sub(r"([^A-Za-z0-9])", r"\\\1", delimiter), -1))
     raise TypeError(f"not a string node: {node!r}")  # pragma: no cover

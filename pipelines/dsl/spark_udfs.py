@@ -7,8 +7,8 @@ Forms compiled to a UDF (everything else in :mod:`pipelines.dsl.spark` is built-
 - ``CACHE_LOOKUP`` / ``CACHE_PUT``: they need a key-value store (Redis in production). The store
   comes from a ``store_factory`` (a picklable callable returning a
   :class:`~pipelines.dsl.evaluate.KeyValueStore`), called once per Python worker task.
-- ``STRING:REGEX_REPLACE`` in ``passthrough`` mode with a pattern that can match the empty
-  string: StreamForge (Rust) skips an empty match right after a previous match, Java does not.
+
+(The regex forms run in the JVM on RE2/J: :data:`pipelines.dsl.spark.REGEX_FUNCTIONS`.)
 
 The UDFs are Arrow-optimized when pandas and pyarrow are installed, else plain pickled Python
 UDFs (both are batched; ``python -m bench.dsl_udfs`` measures their cost).
@@ -35,7 +35,7 @@ from pipelines.dsl.evaluate import (
 )
 from pipelines.dsl.hashing import hex_digest
 
-__all__ = ["USE_ARROW", "cache_transform", "murmur_hex", "rust_regex_replace"]
+__all__ = ["USE_ARROW", "cache_transform", "murmur_hex"]
 
 USE_ARROW = importlib.util.find_spec("pyarrow") is not None and importlib.util.find_spec("pandas") is not None
 
@@ -61,18 +61,6 @@ def murmur_hex(algorithm: str, data: Column) -> Column:
         return hex_digest(algorithm, bytes(raw))
 
     return _udf(digest, StringType())(data)
-
-
-def rust_regex_replace(pattern: str, replacement: str, text: Column) -> Column:
-    """``STRING:REGEX_REPLACE`` with StreamForge's (Rust) empty-match rule; NULL stays NULL."""
-    from pipelines.dsl.evaluate import _regex_replace_all
-
-    def replace(value: str | None) -> str | None:
-        if value is None:
-            return None
-        return _regex_replace_all(pattern, replacement, value, rust=True)
-
-    return _udf(replace, StringType())(text)
 
 
 def cache_transform(

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from pipelines.dsl.spark import REQUIRED_SPARK_CONF
+from pipelines.dsl.spark import REQUIRED_SPARK_CONF, register_functions
 
 # Settings that suit a streaming job reading Kafka on a small machine; a spec or caller may override any.
 DEFAULT_CONF: Mapping[str, str] = {
@@ -47,12 +48,19 @@ def build_session(
 ) -> SparkSession:
     """A SparkSession on ``master`` (``local[*]``, ``spark://host:7077``, ``k8s://...``).
 
-    ``jars`` are local paths of the Kafka connector jars (``spark.jars``), shipped to executors by Spark.
-    ``conf`` entries override DEFAULT_CONF. Raises ValueError when no connector jar is given, since every
-    pipeline reads Kafka and Spark would only fail later with "Failed to find data source: kafka".
+    ``jars`` are local paths of the Kafka connector jars, RE2/J and our regex UDF jar (``spark.jars``,
+    ``devstack.jars.spark_jars``), shipped to executors by Spark; the session gets the DSL's JVM functions
+    (:func:`pipelines.dsl.spark.register_functions`). ``conf`` entries override DEFAULT_CONF. Raises
+    ValueError when the connector or the regex jars are missing, since every pipeline reads Kafka and Spark
+    would only fail later ("Failed to find data source: kafka", or a class not found at the first regex).
     """
     if not any("spark-sql-kafka" in jar for jar in jars):
         raise ValueError("no spark-sql-kafka connector jar given (STREAMFORGE_SPARK_JARS / --jars)")
+    for needed, what in (("re2j", "RE2/J"), ("streamforge-regex", "StreamForge regex UDF")):
+        if not any(needed in Path(jar).name for jar in jars):
+            raise ValueError(
+                f"no {what} jar given (STREAMFORGE_SPARK_JARS / --jars; `python -m devstack system` builds it)"
+            )
     # Python workers must run this interpreter (it has pyarrow, confluent-kafka and our code), not whatever
     # `python3` is first on PATH. On a cluster, set PYSPARK_PYTHON to the executors' environment instead.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -61,4 +69,5 @@ def build_session(
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    register_functions(session)
     return session

@@ -155,13 +155,14 @@ def test_trim_uses_rusts_unicode_white_space_not_pythons_isspace() -> None:
     assert run("STRING:TRIM,/s", {"s": "\x1f a \u00a0"}) == {"s": "\x1f a"}
 
 
-def test_regex_replace_follows_rusts_empty_match_rule() -> None:
-    # Rust reports no empty match right after a match; Python (and Java) do: "-a-b--d-".
+def test_regex_replace_follows_rusts_empty_match_rule_in_every_mode() -> None:
+    # Rust reports no empty match right after a match (Python's re and java.util.regex do: "-a-b--d-").
+    # Security review #28, finding 1: both backends now run RE2 with Rust's rule, whatever the mode.
     assert run("STRING:REGEX_REPLACE,/s,x*,-", {"s": "abxd"}) == {"s": "-a-b-d-"}
     strict = apply_transform(
         parse_transform("STRING:REGEX_REPLACE,/s,x*,-"), {"s": "abxd"}, error_handling=ErrorHandling()
     )
-    assert strict == {"s": "-a-b--d-"}
+    assert strict == {"s": "-a-b-d-"}
 
 
 def test_regex_replace_reads_dollar_names_greedily_like_rust() -> None:

@@ -115,8 +115,36 @@ LITERALS = st.one_of(
 )
 OPS = st.sampled_from(["==", "!=", ">", ">=", "<", "<="])
 PATTERNS = st.sampled_from(
-    ["a", "^a", "b$", "[0-9]+", "\\d", "\\w+", "(?i)AB", "é.", ".", "a|b", "\\s", "^$"]
+    ["a", "^a", "b$", "[0-9]+", "\\d", "\\w+", "(?i)AB", "é.", ".", "a|b", "\\s", "^$", "(a+)+$", "\\pL"]
 )
+#: RE2 syntax both backends now share (review #28, finding 1): named groups, POSIX and Unicode classes,
+#: the ungreedy flag, \A \z, empty-matching patterns, the classic catastrophic ones.
+RE2_PATTERNS = st.sampled_from(
+    [
+        "(?P<g>b)",
+        "(?<g>é)",
+        "[[:alpha:]]+",
+        "[^[:space:]]",
+        "\\pL+",
+        "\\p{Greek}|\\PL",
+        "(?U)a+",
+        "(?i)ß|é",
+        "\\Aa|b\\z",
+        "(?m)^.",
+        "(?s).$",
+        "a$",
+        "\\bA",
+        "x*",
+        "a|",
+        "(a|a?)+$",
+        "(x+x+)+y",
+        "^(\\w+\\s?)*$",
+        "\\x{1F600}",
+        "[\\x{1F600}-\\x{1F64F}]?",
+    ]
+)
+RE2_REPLACEMENTS = st.sampled_from(["", "<$0>", "${g}", "$g$1", "$$", "${1}x", "[$2]", "$"])
+RE2_TEXT = st.text(alphabet="abAB \u0308é\n\tß\U0001f600xy$", max_size=10)
 
 
 @st.composite
@@ -373,6 +401,35 @@ def test_deserialization_agrees_with_the_evaluator_on_arbitrary_bytes(spark):
         batch = [ev.Message(value=v, key=None) for v in values]
         assert_agreement(spark, destination(), batch, HANDLINGS[:1])
         assert_agreement(spark, destination(transform="EXTRACT:/a,a"), batch, HANDLINGS[:1], lenient=True)
+
+    check()
+
+
+def test_re2_regex_forms_agree_with_the_evaluator_in_every_error_mode(spark):
+    """Review #28, finding 1: both backends run RE2 (google-re2 / RE2/J in our Java UDF) with the same
+    syntax, matching and replace-all rule, on text with newlines, combining marks and characters beyond
+    the BMP (UTF-16 surrogate pairs in the JVM)."""
+
+    @settings(SETTINGS, max_examples=12)
+    @given(
+        patterns=st.lists(RE2_PATTERNS, min_size=3, max_size=3),
+        replacement=RE2_REPLACEMENTS,
+        texts=st.lists(RE2_TEXT, min_size=20, max_size=30),
+    )
+    def check(patterns, replacement, texts):
+        batch = [
+            ev.Message(value=json.dumps({"a": text}).encode(), key=text.encode(), timestamp_ms=NOW_MS)
+            for text in texts
+        ]
+        first, second, third = patterns
+        dests = [
+            destination(filter=f"REGEX:/a,{first}"),
+            destination(filter=f"KEY_MATCHES:{second}"),
+            destination(filter=f"NOT:REGEX:/a,{third}"),
+        ]
+        assert_agreement(spark, dests, batch, HANDLINGS[:1] * len(dests))
+        transform = f"STRING:REGEX_REPLACE,/a,{first},{replacement}"
+        assert_agreement(spark, destination(transform=transform), batch, HANDLINGS)
 
     check()
 

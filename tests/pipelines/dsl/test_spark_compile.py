@@ -566,6 +566,8 @@ def test_float_text_is_the_shortest_form_even_where_java_17_prints_more_digits(s
         ("transform", "STRING:REGEX_REPLACE,/a,x+,-", "passthrough"),
         ("transform", "TRY:STRING:REGEX_REPLACE,/a,x?,-,0", "passthrough"),
         ("transform", "TRY:STRING:REGEX_REPLACE,/a,x?,-,0", "error"),
+        ("filter", "REGEX:/a,(a+)+$", "passthrough"),
+        ("filter", "KEY_MATCHES:^k", "error"),
     ],
 )
 def test_the_forms_python_forms_names_are_exactly_those_whose_plan_runs_python(
@@ -579,6 +581,7 @@ def test_the_forms_python_forms_names_are_exactly_those_whose_plan_runs_python(
     dest = ev.DestinationSpec(
         name="d",
         topic="t",
+        filter=parser.parse_filter(expression) if field == "filter" else None,
         transform=parser.parse_transform(expression) if field == "transform" else None,
         key_transform=parser.parse_key_transform(expression) if field == "key_transform" else None,
     )
