@@ -10,12 +10,14 @@ class PipelinesConfig(AppConfig):
     name = "pipelines"
 
     def ready(self) -> None:
-        """Declare the ``pipeline`` audit target (named by the pipeline's name), visible to its team."""
+        """Declare the ``pipeline`` audit target (named by the pipeline's name), visible to its team; load the
+        tasks and the system checks."""
         from access.audit import owned_by_visible_team, register_target
         from pipelines.models import Pipeline
 
         register_target("pipeline", visible=owned_by_visible_team(Pipeline, field="name"))
 
-        # Registers the Celery tasks in every process, not only in workers: supervision sends them by name,
-        # and a process that knows them applies them as Celery is configured (eagerly where tests ask).
-        from pipelines import tasks  # noqa: F401
+        # Registers the system checks; and the Celery tasks in every process, not only in workers: supervision
+        # sends them by name, and a process that knows them applies them as Celery is configured (eagerly
+        # where tests ask).
+        from pipelines import checks, tasks  # noqa: F401
