@@ -23,9 +23,11 @@ from typing import Any
 
 import redis
 from confluent_kafka import Producer
+from django.conf import settings
 
 from chaos.accounting import consume_all
 from streamforge_core import contract as c
+from streamforge_core import replay_signing
 from streamforge_core.kafka import KafkaConnection, Record, producer_config
 
 __all__ = ["REPO", "DriverProcess", "Record", "consume_all", "produce", "written_fates"]
@@ -107,7 +109,16 @@ class DriverProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         spec_file = self.workdir / "spec.json"
         spec_file.write_text(json.dumps(self.spec))
-        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1", "PYSPARK_PYTHON": sys.executable}
+        # The installation's replay key, as the launcher gives it (a replay's destinations count only under
+        # the console's signature); self.env may name another.
+        replay_key = {replay_signing.KEY_ENV: settings.REPLAY_KEY}
+        env = {
+            **os.environ,
+            **replay_key,
+            **self.env,
+            "PYTHONUNBUFFERED": "1",
+            "PYSPARK_PYTHON": sys.executable,
+        }
         self.process = subprocess.Popen(
             [
                 sys.executable, "-m", "pipelines.spark.driver",
