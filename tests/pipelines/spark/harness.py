@@ -110,8 +110,8 @@ class DriverProcess:
         spec_file = self.workdir / "spec.json"
         spec_file.write_text(json.dumps(self.spec))
         # The installation's replay key, as the launcher gives it (a replay's destinations count only under
-        # the console's signature); self.env may name another.
-        replay_key = {replay_signing.KEY_ENV: settings.REPLAY_KEY}
+        # the console's signature); self.env may name another. None outside Django (the bench replays nothing).
+        replay_key = {replay_signing.KEY_ENV: settings.REPLAY_KEY} if settings.configured else {}
         env = {
             **os.environ,
             **replay_key,
