@@ -26,9 +26,6 @@ the server's other secrets, another cluster's among them, to a broker of the adm
 * a file (password, CA, certificate, key) lies in the cluster's own folder, ``<dir>/<name>/``, under one of
   the credential directories (``STREAMFORGE_KAFKA_CREDENTIAL_DIRS``), once ``..`` and symbolic links are
   resolved. The top of a credential directory (where the default cluster's files may be) belongs to no row.
-
-``secret_sources`` says which variables and files a cluster's references name (what a child process that
-connects to that cluster may need).
 """
 
 from __future__ import annotations
@@ -55,7 +52,6 @@ from access.permissions import is_admin
 from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster, Pipeline
 from pipelines.spec import parse_spec
 from streamforge_core.kafka import (
-    ENVIRONMENT,
     SASL_MECHANISMS,
     SECURITY_PROTOCOLS,
     KafkaConnection,
@@ -166,44 +162,6 @@ def read_password(ref: str, cluster: str) -> Secret:
         return Secret(Path(path).read_text().removesuffix("\n"))
     except OSError as exc:
         raise CredentialUnavailable(f"the password file {path} cannot be read: {exc.strerror}") from None
-
-
-@dataclass(frozen=True)
-class ClusterSecrets:
-    """Where a cluster's secrets come from: ``env``, the names of the environment variables its references
-    name (at most its password's), and ``files``, the paths of the files they name (password, CA, client
-    certificate, key), as configured (not resolved). Names and paths only, never a value."""
-
-    env: tuple[str, ...] = ()
-    files: tuple[str, ...] = ()
-
-
-def secret_sources(cluster: KafkaCluster | None) -> ClusterSecrets:
-    """Which environment variables and files ``cluster``'s references name (None: the default cluster, whose
-    ``KAFKA_*`` variables of ``streamforge_core.kafka.ENVIRONMENT`` that are set, and the files they name).
-
-    Public for whoever builds a child process's environment from an allow-list (the Spark driver's): the
-    variables a cluster's own references name are the only secret variables a process connecting to that
-    cluster needs. A row's references are returned only when they are bound to it (``reference_problem``);
-    a reference that is not is left out, never widened."""
-    if cluster is None:
-        env = tuple(name for name in ENVIRONMENT if os.environ.get(name))
-        files = tuple(
-            os.environ[name]
-            for name in ("KAFKA_SASL_PASSWORD_FILE", *(f"KAFKA_{f.upper()}" for f in FILE_FIELDS))
-            if os.environ.get(name)
-        )
-        return ClusterSecrets(env=env, files=files)
-    env_names: list[str] = []
-    file_paths: list[str] = []
-    ref = cluster.password_ref
-    if ref and reference_problem(ref, cluster.name) is None:
-        (env_names if ref.startswith("env:") else file_paths).append(ref.split(":", 1)[1])
-    for name in FILE_FIELDS:
-        path = str(getattr(cluster, name))
-        if path and _file_problem(path, cluster.name) is None:
-            file_paths.append(path)
-    return ClusterSecrets(env=tuple(env_names), files=tuple(file_paths))
 
 
 def validate(values: Mapping[str, Any], *, cluster: str | None = None) -> dict[str, list[str]]:

@@ -374,30 +374,3 @@ def test_dead_letters_of_two_clusters_share_one_console_and_filter_by_cluster(ad
     listed = page.get("/dlq/?cluster=east")
     assert listed.status_code == 200
     assert b'<option value="east" selected>' in listed.content
-
-
-def test_secret_sources_name_only_the_variables_and_files_a_clusters_own_references_name(
-    creds, admin, monkeypatch
-):
-    """What the driver environment's allow-list asks (security review #28, finding 2)."""
-    allowed, outside = creds
-    row = clusters.save_cluster(
-        actor=admin,
-        values=_sasl(
-            ssl_ca_location=f"{allowed}/pw", password_ref="env:STREAMFORGE_CLUSTER_PROD_EU_PASSWORD"
-        ),
-    )
-    assert clusters.secret_sources(row) == clusters.ClusterSecrets(
-        env=("STREAMFORGE_CLUSTER_PROD_EU_PASSWORD",), files=(f"{allowed}/pw",)
-    )
-    row.password_ref = "env:KAFKA_SASL_PASSWORD"  # a row changed behind the service's back: never widened
-    row.ssl_ca_location = f"{outside}/pw"
-    assert clusters.secret_sources(row) == clusters.ClusterSecrets()
-    for name in ("KAFKA_SASL_PASSWORD", "KAFKA_SSL_CA_LOCATION", "KAFKA_SSL_CERTIFICATE_LOCATION"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
-    monkeypatch.setenv("KAFKA_SASL_PASSWORD_FILE", "/run/kafka/password")
-    default = clusters.secret_sources(None)
-    assert "KAFKA_SASL_PASSWORD_FILE" in default.env
-    assert "KAFKA_SASL_PASSWORD" not in default.env
-    assert default.files == ("/run/kafka/password",)
