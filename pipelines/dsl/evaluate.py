@@ -521,11 +521,13 @@ def rust_replacement_parts(replacement: str, names: Mapping[str, int] | None = N
     return tuple(parts)
 
 
+@functools.lru_cache(maxsize=512)
 def replacement_groups(pattern: str, replacement: str) -> tuple[str | int, ...]:
     """:func:`rust_replacement_parts` of ``replacement`` resolved against ``pattern``'s groups: literal
     text (``str``) and group indexes (``int``) only. A named reference becomes its group's index; a
-    reference to a group the pattern lacks is dropped (Rust expands it to ""). Raises ``re2.error`` for a
-    pattern RE2 cannot compile."""
+    reference to a group the pattern lacks is dropped (Rust expands it to ""). Cached per (pattern,
+    replacement), like the compiled pattern, so a record costs no parse. Raises ``re2.error`` for a pattern
+    RE2 cannot compile."""
     compiled = compile_regex(pattern)
     names = compiled.groupindex
     out: list[str | int] = []
