@@ -50,6 +50,19 @@ def _own_audit_chain(settings) -> None:
     settings.AUDIT_KEY = secrets.token_urlsafe(48)
 
 
+@pytest.fixture(autouse=True)
+def _own_channel_layer() -> Iterator[None]:
+    """Each test its own channel-layer instance. A Redis layer keeps the receive lock and connections of the
+    event loop it was first used on, and every ``async_to_sync`` in a test runs a new loop: a layer shared
+    with an earlier test fails with "bound to a different event loop" when a socket is torn down. (Daphne
+    serves on one loop, where this cannot happen.)"""
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``sqlite`` are about SQLite itself (the embedded default): a run on another database
     leaves them out rather than reporting them skipped; ``make test`` runs them in a second, SQLite run."""
