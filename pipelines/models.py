@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Case, ExpressionWrapper, Value, When
+from django.db.models.functions import Now
 
 from access.models import Team
 from pipelines.spec import PipelineSpec, parse_spec
@@ -26,9 +29,12 @@ class PipelineState(models.TextChoices):
     stop, the running micro-batch is finishing. STOPPED: ended on request. RESTARTING: the driver crashed or
     went silent and a new attempt follows after a backoff. FAILED: it crashed too often (a crash loop) and
     is left stopped until an operator starts it. HALTED: a non-recoverable error (Config, DslParse,
-    DeadLetterQueue) stopped it; restarting cannot help, so it is never restarted automatically.
+    DeadLetterQueue) stopped it; restarting cannot help, so it is never restarted automatically. PENDING:
+    wanted running, but no runner host has a free slot with the labels it asks for (``state_reason`` says
+    which hosts were considered and why each was passed over); placement retries every reconcile.
     """
 
+    PENDING = "pending", "Pending"
     STARTING = "starting", "Starting"
     RUNNING = "running", "Running"
     STOPPING = "stopping", "Stopping"
@@ -95,6 +101,68 @@ class KafkaCluster(models.Model):
 DEFAULT_CLUSTER_NAME = "default"
 
 
+class RunnerHostState(models.TextChoices):
+    """A runner host's state, derived from its heartbeat and its drain flag (``RunnerHost.objects.with_state``).
+
+    UP: beating, takes new pipelines. DRAINING: beating, an admin asked for its pipelines to move off; takes
+    none. LOST: no heartbeat for ``HOST_LOST_SECONDS``; its leases expire and its pipelines start elsewhere.
+    """
+
+    UP = "up", "Up"
+    DRAINING = "draining", "Draining"
+    LOST = "lost", "Lost"
+
+
+class RunnerHostQuerySet(models.QuerySet["RunnerHost"]):
+    def with_state(self) -> RunnerHostQuerySet:
+        """Annotates ``state`` (a ``RunnerHostState`` value), judged against the database's clock (``now()``),
+        so every web, beat and runner process agrees whatever its own clock says."""
+        lost_before = ExpressionWrapper(
+            Now() - timedelta(seconds=settings.HOST_LOST_SECONDS), output_field=models.DateTimeField()
+        )
+        return self.annotate(
+            state=Case(
+                When(last_heartbeat_at__lt=lost_before, then=Value(RunnerHostState.LOST.value)),
+                When(draining=True, then=Value(RunnerHostState.DRAINING.value)),
+                default=Value(RunnerHostState.UP.value),
+                output_field=models.CharField(),
+            )
+        )
+
+
+class RunnerHost(models.Model):
+    """A runner: a Celery worker with a stable ``name`` (``STREAMFORGE_RUNNER_NAME``) that launches and
+    supervises pipeline drivers on its machine. It reads the shared queue and its own ``queue``; its agent
+    upserts this row at start and moves ``last_heartbeat_at`` (the database's ``now()``) every
+    ``HOST_TICK_SECONDS``. ``slots`` and ``memory_mb`` are its capacity (each driver takes one slot and
+    ``DRIVER_MEMORY_MB``); a pipeline's placement labels must all be among ``labels``. ``draining`` is an
+    admin's request to move its pipelines off (it outlives the host going lost and coming back); ``lost_at``
+    is set once per loss, by the reconcile that noticed it."""
+
+    name = models.SlugField(max_length=63, unique=True)
+    queue = models.CharField(max_length=200)
+    slots = models.PositiveIntegerField()
+    memory_mb = models.PositiveIntegerField()
+    labels = models.JSONField(default=list, blank=True)
+    advertise_host = models.CharField(max_length=255)
+    started_at = models.DateTimeField()
+    last_heartbeat_at = models.DateTimeField()
+    draining = models.BooleanField(default=False)
+    drain_requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    drain_requested_at = models.DateTimeField(null=True, blank=True)
+    lost_at = models.DateTimeField(null=True, blank=True)
+
+    objects = RunnerHostQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class Pipeline(models.Model):
     """A named Kafka-to-Kafka pipeline owned by a team. Its behaviour is its ``current_revision``'s spec;
     ``desired_state`` is what operators asked for, ``state`` what supervision last saw. It reads and writes
@@ -120,11 +188,24 @@ class Pipeline(models.Model):
     state_reason = models.TextField(blank=True, help_text="why the pipeline is in this state (last error)")
     consecutive_failures = models.PositiveIntegerField(default=0)
     next_restart_at = models.DateTimeField(null=True, blank=True)
+    # The lease: the runner host that may run this pipeline's driver, until ``lease_expires_at`` (the
+    # database's clock), under ``lease_epoch``. Claimed with a conditional UPDATE that adds 1 to the epoch,
+    # so a takeover always has a higher epoch than the run it replaces; the epoch never goes back, and a
+    # driver whose run's epoch is not the pipeline's stops before committing (pipelines.spark.fence).
+    lease_host = models.ForeignKey(
+        RunnerHost, on_delete=models.PROTECT, null=True, blank=True, related_name="leases"
+    )
+    lease_epoch = models.BigIntegerField(default=0)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    placement_labels = models.JSONField(
+        default=list, blank=True, help_text="labels a runner host must all have to run this pipeline"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["name"]
+        indexes = [models.Index(fields=["lease_host", "lease_expires_at"])]
 
     def __str__(self) -> str:
         return self.name
@@ -182,7 +263,13 @@ class PipelineRun(models.Model):
     run_id = models.UUIDField(unique=True)
     attempt = models.PositiveIntegerField(help_text="1 for an operator's start, +1 per automatic restart")
     state = models.CharField(max_length=16, choices=PipelineState.choices, default=PipelineState.STARTING)
-    host = models.CharField(max_length=255)
+    host = models.CharField(max_length=255, help_text="the runner host's name")
+    epoch = models.BigIntegerField(
+        null=True, blank=True, help_text="the pipeline's lease epoch this run was claimed under"
+    )
+    stop_cause = models.CharField(
+        max_length=16, blank=True, help_text='who asked it to stop: "operator", "restart", "drain" or ""'
+    )
     pid = models.PositiveIntegerField(null=True, blank=True)
     process_started_at = models.FloatField(
         null=True, blank=True, help_text="the process's start time (epoch s): tells a reused pid apart"

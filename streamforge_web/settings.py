@@ -56,6 +56,18 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | STREAMFORGE_API_RATE_FAILED_TOKEN | 10/minute | wrong API tokens one address may send before its token requests answer 429 |
 | STREAMFORGE_API_RATE_DSL | 60/minute | DSL evaluations (playground, dry runs) one user may request |
 | STREAMFORGE_SESSION_HOURS | 12 | how long a browser session lasts after log-in |
+| STREAMFORGE_RUNNER_NAME | (none) | set on runner hosts only: this worker's stable host name (`[a-z0-9-]`, 1-63); it also reads the queue `<STREAMFORGE_CELERY_QUEUE>.runner.<name>` |
+| STREAMFORGE_RUNNER_SLOTS | 4 | pipeline drivers a runner hosts at most |
+| STREAMFORGE_RUNNER_MEMORY_MB | 4096 | memory a runner offers its drivers (each charged STREAMFORGE_DRIVER_MEMORY_MB) |
+| STREAMFORGE_RUNNER_LABELS | (none) | comma-separated labels (`ssd`, `zone=a`) a pipeline's placement labels must all be among |
+| STREAMFORGE_RUNNER_ADVERTISE_HOST | 127.0.0.1 | address Spark executors reach this runner's drivers at (`spark.driver.host`) |
+| STREAMFORGE_HOST_TICK_SECONDS | 3 | how often a runner beats and renews its leases |
+| STREAMFORGE_HOST_LOST_SECONDS | 20 | heartbeat age after which a runner is shown lost |
+| STREAMFORGE_LEASE_TTL_SECONDS | 20 | how long a pipeline's lease lasts after each renewal |
+| STREAMFORGE_LEASE_GRACE_SECONDS | 5 | how long past a lease's expiry another runner waits before taking the pipeline over |
+| STREAMFORGE_DRIVER_FENCE_MARGIN_SECONDS | 3 | a driver stops committing this long before its lease expires |
+| STREAMFORGE_DRIVER_MEMORY_MB | 700 | memory placement charges a runner per pipeline driver |
+| STREAMFORGE_CHECKPOINT_ROOT | <state dir>/checkpoints | where pipelines' checkpoints live: a path or any Hadoop URI every runner reaches (`hdfs://`, `s3a://`) |
 | STREAMFORGE_METRICS_TOKEN | (none) | bearer token Prometheus sends to /metrics; unset: only signed-in admins read it |
 """
 
@@ -63,12 +75,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 from csp.constants import NONE, SELF
+from django.core.exceptions import ImproperlyConfigured
 
 from streamforge_web.env import env_bool, env_int, env_list, env_str
 from streamforge_web.files import private_dir
@@ -301,6 +315,24 @@ DLQ_BULK_APPROVAL_THRESHOLD = env_int("STREAMFORGE_DLQ_BULK_APPROVAL_THRESHOLD",
 DLQ_BULK_APPROVAL_WINDOW_SECONDS = env_int("STREAMFORGE_DLQ_BULK_APPROVAL_WINDOW", 3600, minimum=0)
 DLQ_RETENTION_DAYS = env_int("STREAMFORGE_DLQ_RETENTION_DAYS", 30, minimum=0)
 DLQ_BULK_STALE_SECONDS = env_int("STREAMFORGE_DLQ_BULK_STALE", 60, minimum=5)
+
+# Runner hosts, placement and leases (pipelines.supervision.placement, .agent; docs/design/runner-hosts.md).
+RUNNER_NAME = env_str("STREAMFORGE_RUNNER_NAME", "") or None
+if RUNNER_NAME is not None and not re.fullmatch(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?", RUNNER_NAME):
+    raise ImproperlyConfigured(
+        f"STREAMFORGE_RUNNER_NAME={RUNNER_NAME!r}: 1-63 lower-case letters, digits and inner hyphens"
+    )
+RUNNER_SLOTS = env_int("STREAMFORGE_RUNNER_SLOTS", 4, minimum=0)
+RUNNER_MEMORY_MB = env_int("STREAMFORGE_RUNNER_MEMORY_MB", 4096, minimum=0)
+RUNNER_LABELS = env_list("STREAMFORGE_RUNNER_LABELS", [])
+RUNNER_ADVERTISE_HOST = env_str("STREAMFORGE_RUNNER_ADVERTISE_HOST", "127.0.0.1")
+HOST_TICK_SECONDS = env_int("STREAMFORGE_HOST_TICK_SECONDS", 3, minimum=1)
+HOST_LOST_SECONDS = env_int("STREAMFORGE_HOST_LOST_SECONDS", 20, minimum=2)
+LEASE_TTL_SECONDS = env_int("STREAMFORGE_LEASE_TTL_SECONDS", 20, minimum=3)
+LEASE_GRACE_SECONDS = env_int("STREAMFORGE_LEASE_GRACE_SECONDS", 5, minimum=0)
+DRIVER_FENCE_MARGIN_SECONDS = env_int("STREAMFORGE_DRIVER_FENCE_MARGIN_SECONDS", 3, minimum=0)
+DRIVER_MEMORY_MB = env_int("STREAMFORGE_DRIVER_MEMORY_MB", 700, minimum=0)
+CHECKPOINT_ROOT = env_str("STREAMFORGE_CHECKPOINT_ROOT", str(STATE_DIR / "checkpoints"))
 
 CELERY_BEAT_SCHEDULE = {
     "reconcile-pipelines": {"task": "pipelines.reconcile", "schedule": float(RECONCILE_SECONDS)},

@@ -19,7 +19,7 @@ from django.utils import timezone
 from access import audit
 from pipelines import progress, signals
 from pipelines.models import DesiredState, Pipeline, PipelineRun, PipelineState
-from pipelines.supervision.processes import _hostname, _kill_group, read_log_tail
+from pipelines.supervision.processes import _kill_group, read_log_tail, runner_name
 from pipelines.supervision.status import announce_status
 from streamforge_core import contract as c
 
@@ -171,7 +171,7 @@ def _end_run(
                 state=str(pipeline_state),
                 reason=reason,
             )
-    if run.pid is not None and run.host == _hostname():
+    if run.pid is not None and run.host == runner_name():
         _kill_group(run.pid)  # leftovers (a JVM or Python worker outliving the driver) go with it
     log.info("pipeline %s run %s ended: %s (%s)", pipeline.name, run.run_id, verdict.run_state, reason)
     return run

@@ -28,7 +28,7 @@ from access import audit
 from pipelines.clusters import connection_for
 from pipelines.models import ACTIVE_STATES, DesiredState, Pipeline, PipelineRun, PipelineState
 from pipelines.supervision.exits import _end_run
-from pipelines.supervision.processes import _alive, _children, _hostname, _kill_group, _signal_process
+from pipelines.supervision.processes import _alive, _children, _kill_group, _signal_process, runner_name
 from pipelines.supervision.status import announce_status
 from streamforge_core import contract as c
 from streamforge_core import replay_signing
@@ -108,7 +108,7 @@ def start_pipeline(*, pipeline_id: int, now: datetime | None = None) -> Pipeline
             run_id=run_id,
             attempt=attempt,
             state=PipelineState.STARTING,
-            host=_hostname(),
+            host=runner_name(),
             log_path=str(workdir / "driver.log"),
         )
         audit.record(
@@ -262,7 +262,7 @@ def stop_pipeline(*, pipeline_id: int) -> PipelineRun | None:
         )
         run.pipeline.state = PipelineState.STOPPING
         announce_status(run.pipeline, run)
-    if run.pid is not None and run.host == _hostname() and _alive(run) is not False:
+    if run.pid is not None and run.host == runner_name() and _alive(run) is not False:
         _signal_process(run.pid, signal.SIGTERM)
     return run
 

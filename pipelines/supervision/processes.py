@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import psutil
+from django.conf import settings
 
 from pipelines.models import PipelineRun, PipelineState
 
@@ -25,8 +26,12 @@ LOG_TAIL_LINES = 60
 LOG_TAIL_BYTES = 64 * 1024
 
 
-def _hostname() -> str:
-    return socket.gethostname()
+def runner_name() -> str:
+    """This process's runner host name: ``settings.RUNNER_NAME`` (``STREAMFORGE_RUNNER_NAME``) on a runner;
+    elsewhere the machine's host name, so a one-machine install without named runners keeps judging the
+    drivers its worker launched. Several runners on one machine must each be given a name: they would
+    otherwise judge each other's pids."""
+    return settings.RUNNER_NAME or socket.gethostname()
 
 
 def _signal_process(pid: int, signum: signal.Signals) -> None:
@@ -49,7 +54,7 @@ def _kill_group(pid: int) -> None:
 def _alive(run: PipelineRun) -> bool | None:
     """Whether the run's driver process exists: None when it cannot be told (another host, or a launch
     still in progress)."""
-    if run.host != _hostname():
+    if run.host != runner_name():
         return None
     if run.pid is None:
         # STARTING without a pid: the starting worker is launching it (topics, then the process) and has

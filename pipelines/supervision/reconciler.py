@@ -25,9 +25,9 @@ from pipelines.supervision.processes import (
     _alive,
     _children,
     _exit_code_of_child,
-    _hostname,
     _kill_group,
     read_log_tail,
+    runner_name,
 )
 from pipelines.supervision.status import announce_status
 from streamforge_core import contract as c
@@ -159,7 +159,7 @@ def _check_run(
     if run.state == PipelineState.STOPPING:
         requested = run.stop_requested_at or now
         if (now - requested).total_seconds() > settings.DRIVER_STOP_TIMEOUT_SECONDS:
-            if run.pid is not None and run.host == _hostname():
+            if run.pid is not None and run.host == runner_name():
                 _kill_group(run.pid)
             seconds = settings.DRIVER_STOP_TIMEOUT_SECONDS
             if _end_run(
@@ -184,7 +184,7 @@ def _check_run(
         else settings.DRIVER_START_TIMEOUT_SECONDS
     )
     if silent_for > limit:
-        if run.pid is not None and run.host == _hostname():
+        if run.pid is not None and run.host == runner_name():
             _kill_group(run.pid)
         what = "heartbeat" if run.last_heartbeat_at is not None else "first heartbeat"
         if _end_run(

@@ -1,0 +1,72 @@
+"""Runner hosts' derived state and the runner name a process supervises under."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from pipelines.models import RunnerHost, RunnerHostState
+from pipelines.supervision.processes import runner_name
+
+pytestmark = pytest.mark.django_db
+
+
+def _host(name: str, *, heartbeat_age_s: float, draining: bool = False) -> RunnerHost:
+    now = timezone.now()
+    return RunnerHost.objects.create(
+        name=name,
+        queue=f"q.runner.{name}",
+        slots=2,
+        memory_mb=2048,
+        advertise_host="127.0.0.1",
+        started_at=now,
+        last_heartbeat_at=now - timedelta(seconds=heartbeat_age_s),
+        draining=draining,
+    )
+
+
+def test_a_host_is_up_draining_or_lost_by_its_heartbeat_age_on_the_databases_clock(settings):
+    settings.HOST_LOST_SECONDS = 20
+    _host("fresh", heartbeat_age_s=1)
+    _host("leaving", heartbeat_age_s=1, draining=True)
+    _host("silent", heartbeat_age_s=25)
+    _host("silent-draining", heartbeat_age_s=25, draining=True)
+    states = dict(RunnerHost.objects.with_state().values_list("name", "state"))
+    assert states == {
+        "fresh": RunnerHostState.UP,
+        "leaving": RunnerHostState.DRAINING,
+        "silent": RunnerHostState.LOST,
+        "silent-draining": RunnerHostState.LOST,
+    }
+
+
+def test_the_runner_name_is_the_configured_one_else_the_machines(settings):
+    import socket
+
+    settings.RUNNER_NAME = "runner-b"
+    assert runner_name() == "runner-b"
+    settings.RUNNER_NAME = None
+    assert runner_name() == socket.gethostname()
+
+
+@pytest.mark.parametrize("name", ["Runner-A", "-a", "a-", "a_b", "x" * 64])
+def test_a_runner_name_outside_the_hostname_alphabet_is_refused_at_start(name):
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        env={
+            "DJANGO_SETTINGS_MODULE": "streamforge_web.settings",
+            "DJANGO_DEBUG": "1",
+            "STREAMFORGE_RUNNER_NAME": name,
+            "PATH": "/usr/bin:/bin",
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "STREAMFORGE_RUNNER_NAME" in result.stderr
