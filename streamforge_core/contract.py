@@ -90,6 +90,7 @@ EXIT_STOPPED: Final = 0  # stopped on request, every finished batch committed
 EXIT_CRASHED: Final = 1  # an unexpected error: the supervisor may restart with backoff
 EXIT_CONFIG: Final = 2  # Config / DslParse: restarting cannot help
 EXIT_DLQ: Final = 3  # DeadLetterQueue: the DLQ could not be written; halted with nothing committed
+EXIT_FENCED: Final = 4  # Fenced: its lease expired or was taken over; stopped before committing another batch
 EXIT_REASON_MARKER: Final = "STREAMFORGE_EXIT "  # prefix of the driver's last stderr line (JSON follows)
 
 
@@ -107,3 +108,18 @@ class PipelineHalt(RuntimeError):
 def halt_marker(error_type: str) -> str:
     """The text that identifies a PipelineHalt of ``error_type`` inside any wrapped exception message."""
     return f"[streamforge-halt:{error_type}]"
+
+
+FENCED_MARKER: Final = "[streamforge-fenced]"
+
+
+class Fenced(RuntimeError):
+    """The driver no longer holds its pipeline's lease (expired, superseded by a higher epoch, or released):
+    it must stop without committing the batch in hand, so the checkpoint and the consumer group are written by
+    the lease holder only. The message starts with ``FENCED_MARKER``, recognisable after Spark has wrapped it
+    (Python worker -> JVM -> driver). The driver exits ``EXIT_FENCED``; supervision does not count it as a
+    failure: the pipeline already runs elsewhere."""
+
+    def __init__(self, message: str) -> None:
+        self.detail = message
+        super().__init__(f"{FENCED_MARKER} {message}")

@@ -30,7 +30,13 @@ RANKS = {
 }
 TOOLING = {"demo", "chaos", "bench", "devstack", "tests"}
 #: The driver's Django-free world: these modules and everything they import.
-DRIVER_ROOTS = ("pipelines.spark.driver", "pipelines.spark.writer", "pipelines.dsl.spark", "pipelines.spec")
+DRIVER_ROOTS = (
+    "pipelines.spark.driver",
+    "pipelines.spark.fence",
+    "pipelines.spark.writer",
+    "pipelines.dsl.spark",
+    "pipelines.spec",
+)
 
 Graph = dict[str, set[str]]
 
