@@ -28,7 +28,14 @@ from access import audit
 from pipelines.clusters import connection_for
 from pipelines.models import ACTIVE_STATES, DesiredState, Pipeline, PipelineRun, PipelineState
 from pipelines.supervision.exits import _end_run
-from pipelines.supervision.processes import _alive, _children, _kill_group, _signal_process, runner_name
+from pipelines.supervision.processes import (
+    _alive,
+    _children,
+    _kill_group,
+    _signal_process,
+    run_dir,
+    runner_name,
+)
 from pipelines.supervision.status import announce_status
 from streamforge_core import contract as c
 from streamforge_core import replay_signing
@@ -44,10 +51,6 @@ def _state_dir() -> Path:
 def checkpoint_dir(pipeline_name: str) -> Path:
     """Where a pipeline's Spark checkpoint lives: kept across runs and revisions, so a restart resumes."""
     return _state_dir() / "checkpoints" / pipeline_name
-
-
-def _run_dir(pipeline_name: str, run_id: uuid.UUID) -> Path:
-    return _state_dir() / "runs" / pipeline_name / str(run_id)
 
 
 def driver_command(run: PipelineRun, spec_file: Path, conn: KafkaConnection) -> list[str]:
@@ -101,7 +104,7 @@ def start_pipeline(*, pipeline_id: int, now: datetime | None = None) -> Pipeline
         last = pipeline.runs.order_by("-started_at", "-id").first()
         attempt = last.attempt + 1 if previous == PipelineState.RESTARTING and last is not None else 1
         run_id = uuid.uuid4()
-        workdir = _run_dir(pipeline.name, run_id)
+        workdir = run_dir(pipeline.name, run_id)
         run = PipelineRun.objects.create(
             pipeline=pipeline,
             revision=revision,

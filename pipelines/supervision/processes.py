@@ -34,6 +34,23 @@ def runner_name() -> str:
     return settings.RUNNER_NAME or socket.gethostname()
 
 
+def host_queue(name: str) -> str:
+    """The Celery queue only runner ``name`` reads (besides the shared one): ``<default queue>.runner.<name>``.
+    Launches, stops and restarts of the pipelines it holds are sent there (Celery routing: a worker started
+    with ``-Q <shared>,<this>``)."""
+    return f"{settings.CELERY_TASK_DEFAULT_QUEUE}.runner.{name}"
+
+
+def run_dir(pipeline_name: str, run_id: object) -> Path:
+    """The folder of one driver run on the runner that launched it: its spec, log and lease file."""
+    return Path(settings.STATE_DIR) / "runs" / pipeline_name / str(run_id)
+
+
+def lease_path(pipeline_name: str, run_id: object) -> Path:
+    """The lease file the runner keeps for a run's driver (``pipelines.spark.fence``)."""
+    return run_dir(pipeline_name, run_id) / "lease.json"
+
+
 def _signal_process(pid: int, signum: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signum)
