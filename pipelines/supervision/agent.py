@@ -43,6 +43,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import close_old_connections, models, transaction
 from django.db.models import ExpressionWrapper
+from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -92,7 +93,7 @@ def _me() -> str:
     return str(name)
 
 
-def _ttl_from_now() -> ExpressionWrapper:
+def _ttl_from_now() -> ExpressionWrapper[CombinedExpression]:
     """``now() + LEASE_TTL_SECONDS`` on the database's clock."""
     return ExpressionWrapper(
         Now() + timedelta(seconds=settings.LEASE_TTL_SECONDS), output_field=models.DateTimeField()
@@ -171,6 +172,7 @@ def _renew(run: PipelineRun, host: RunnerHost) -> datetime | None:
     """Extend the pipeline's lease to ``now() + LEASE_TTL_SECONDS`` if this runner still holds it under the
     run's epoch and it has not expired (the conditional UPDATE is the whole check); the new expiry, or None
     when 0 rows matched. The read-back is in the UPDATE's transaction: the row stays locked until commit."""
+    assert run.epoch is not None  # runs without an epoch hold no lease (the caller skips them)
     with transaction.atomic():
         renewed = Pipeline.objects.filter(
             pk=run.pipeline_id, lease_host=host, lease_epoch=run.epoch, lease_expires_at__gte=Now()

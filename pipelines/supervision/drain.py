@@ -150,5 +150,5 @@ def drain_step(now: datetime | None = None) -> list[str]:
     oldest RUNNING pipeline off unless the previous one is still on its way (module docstring). Returns the
     names of the pipelines it asked to move. ``now`` (default: the clock) is stored as the stop request time."""
     now = now or timezone.now()
-    hosts = RunnerHost.objects.with_state().filter(state=RunnerHostState.DRAINING.value)
+    hosts = RunnerHost.objects.with_state().filter(state=RunnerHostState.DRAINING.value)  # type: ignore[misc]  # annotated
     return [name for host_id in hosts.values_list("pk", flat=True) if (name := _step_host(host_id, now))]

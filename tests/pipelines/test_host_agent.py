@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -28,8 +29,9 @@ from access.models import AuditEvent, Role
 from pipelines.models import DesiredState, Pipeline, PipelineRun, PipelineState, RunnerHost
 from pipelines.services import create_pipeline
 from pipelines.spark.fence import read_lease
-from pipelines.supervision import agent, processes
+from pipelines.supervision import agent, launcher, processes
 from pipelines.supervision.processes import host_queue, lease_path
+from streamforge_core.kafka import KafkaConnection
 from streamforge_web.tasks import ping
 from tests.database import child_database_url
 from tests.factories import member
@@ -193,6 +195,32 @@ def test_a_live_drivers_lease_is_renewed_on_the_databases_clock_and_its_lease_fi
 
 
 @pytest.mark.django_db
+def test_with_redis_unreachable_the_agent_still_beats_and_renews_a_live_drivers_lease(
+    me, team, spawned, settings
+):
+    """Only PostgreSQL keeps a pipeline alive: a Redis outage must not let a lease lapse."""
+    agent.host_tick()
+    host = RunnerHost.objects.get(name=me)
+    pipeline = _pipeline(team)
+    _lease(pipeline, host, epoch=1, expires_in_s=5)
+    run = _run(pipeline, me, epoch=1)
+    process = _spawn(run, me, spawned)
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        closed = unused.getsockname()[1]
+    settings.REDIS_URL = f"redis://127.0.0.1:{closed}/0"  # nothing listens there
+    before = RunnerHost.objects.get(name=me).last_heartbeat_at
+    report = agent.host_tick()
+    assert report.renewed == [pipeline.name]
+    assert report.ended == report.fenced == []
+    assert RunnerHost.objects.get(name=me).last_heartbeat_at > before
+    expires = Pipeline.objects.get(pk=pipeline.pk).lease_expires_at
+    assert expires is not None
+    assert (expires - timezone.now()).total_seconds() > 15
+    assert process.poll() is None
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("how", ["superseded", "expired"])
 def test_a_driver_whose_lease_is_lost_is_killed_with_its_group_its_file_says_lost_and_its_run_ends_fenced(
     me, team, spawned, how
@@ -334,5 +362,13 @@ def test_two_runner_workers_each_register_beat_and_read_their_own_queue(
     # then another runner takes the pipeline over: runner b's agent kills its driver
     Pipeline.objects.filter(pk=pipeline.pk).update(lease_epoch=2)
     assert _gone(process, timeout=20) == -signal.SIGKILL
-    assert _until(lambda: read_lease(lease_path(pipeline.name, run.run_id)).state == "lost")  # type: ignore[union-attr]
+    assert _until(lambda: read_lease(lease_path(pipeline.name, run.run_id)).state == "lost")
     assert _until(lambda: PipelineRun.objects.get(pk=run.pk).error_type == "Fenced")
+
+
+def test_a_driver_carries_its_runners_name_and_still_no_secret_of_the_worker():
+    """The tag the stray scan and devstack's crash-host find a runner's drivers by."""
+    worker_env = {"STREAMFORGE_RUNNER_NAME": "runner-b", "DJANGO_SECRET_KEY": "s3cret", "PATH": "/usr/bin"}
+    env = launcher.driver_environment(worker_env, KafkaConnection(bootstrap_servers="127.0.0.1:9092"))
+    assert env["STREAMFORGE_RUNNER_NAME"] == "runner-b"
+    assert "DJANGO_SECRET_KEY" not in env

@@ -245,11 +245,12 @@ def test_two_reconciles_draining_at_once_still_move_a_single_pipeline(team, monk
     def slow_oldest(host: RunnerHost) -> PipelineRun | None:
         calls.append(1)
         if len(calls) == 1:  # the first picker holds its choice a while before claiming it
-            picked = real(host)
+            picked: PipelineRun | None = real(host)
             time.sleep(0.5)
             return picked
         time.sleep(1.0)  # the second picks after the first committed its claim
-        return real(host)
+        second: PipelineRun | None = real(host)
+        return second
 
     monkeypatch.setattr(drain, "_oldest_running", slow_oldest)
     barrier = threading.Barrier(2)
