@@ -29,7 +29,7 @@ from access.models import AuditEvent, Role
 from pipelines.models import DesiredState, Pipeline, PipelineRun, PipelineState, RunnerHost
 from pipelines.services import create_pipeline
 from pipelines.spark.fence import read_lease
-from pipelines.supervision import agent, launcher, processes
+from pipelines.supervision import agent, drain, launcher, processes
 from pipelines.supervision.processes import host_queue, lease_path
 from streamforge_core.kafka import KafkaConnection
 from streamforge_web.tasks import ping
@@ -113,13 +113,17 @@ def _spawn(
         "--checkpoint-dir", str(workdir / "checkpoint"), "--master", "local[1]", "--jars", "",
     ]  # fmt: skip
     env = {**os.environ, "STREAMFORGE_RUNNER_NAME": runner}
-    process = subprocess.Popen(
-        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
+    log_path = workdir / "driver.log"
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     spawned.append(process)
     created = psutil.Process(process.pid).create_time()
-    PipelineRun.objects.filter(pk=run.pk).update(pid=process.pid, process_started_at=created)
-    run.pid, run.process_started_at = process.pid, created
+    PipelineRun.objects.filter(pk=run.pk).update(
+        pid=process.pid, process_started_at=created, log_path=str(log_path)
+    )
+    run.pid, run.process_started_at, run.log_path = process.pid, created, str(log_path)
     return process
 
 
@@ -329,9 +333,12 @@ def two_runners(transactional_db, settings, tmp_path) -> Iterator[dict[str, subp
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_runner_workers_each_register_beat_and_read_their_own_queue(
+def test_two_runner_workers_register_read_their_own_queue_keep_or_fence_leases_and_signal_a_drain(
     two_runners, team, spawned, settings, tmp_path
 ):
+    """Runner behaviour across processes, one pair of workers for the lot (each takes seconds to start): both
+    register and beat; a task sent to one runner's queue runs only there; runner b's agent renews a live
+    driver's lease and kills it once superseded; runner a's agent delivers a drain's SIGTERM."""
     (name_a, worker_a), (name_b, worker_b) = two_runners.items()
     _until(lambda: RunnerHost.objects.filter(name__in=two_runners).count() == 2, timeout=90)
     beat = RunnerHost.objects.get(name=name_b).last_heartbeat_at
@@ -364,6 +371,22 @@ def test_two_runner_workers_each_register_beat_and_read_their_own_queue(
     assert _gone(process, timeout=20) == -signal.SIGKILL
     assert _until(lambda: read_lease(lease_path(pipeline.name, run.run_id)).state == "lost")
     assert _until(lambda: PipelineRun.objects.get(pk=run.pk).error_type == "Fenced")
+
+    # a drain of runner a: the reconcile's drain step claims its run STOPPING, runner a's agent sends the
+    # SIGTERM (nothing else signals it here), the driver exits 0 and the agent records the clean end
+    settings.STATE_DIR = tmp_path / "a"
+    host_a = RunnerHost.objects.get(name=name_a)
+    moving = _pipeline(team)
+    _lease(moving, host_a, epoch=1, expires_in_s=20)
+    drained_run = _run(moving, name_a, epoch=1)
+    driver = _spawn(drained_run, name_a, spawned)
+    client = redis.Redis.from_url(django_settings.REDIS_URL)
+    _until(lambda: client.exists(f"streamforge:heartbeat:{moving.name}"))  # its handler is in place
+    RunnerHost.objects.filter(pk=host_a.pk).update(draining=True, drain_requested_at=timezone.now())
+    assert drain.drain_step() == [moving.name]
+    assert _gone(driver, timeout=20) == 0  # asked, not killed: its batch would be committed
+    ended = _until(lambda: PipelineRun.objects.filter(pk=drained_run.pk, ended_at__isnull=False).first())
+    assert (ended.exit_code, ended.error_type, ended.stop_cause) == (0, "Stopped", "drain")
 
 
 def test_a_driver_carries_its_runners_name_and_still_no_secret_of_the_worker():
