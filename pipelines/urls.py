@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, path
 
-from pipelines import cluster_views, views
+from pipelines import cluster_views, host_views, views
 
 urlpatterns: list[URLPattern] = [
     path("", views.overview, name="overview"),
@@ -11,6 +11,9 @@ urlpatterns: list[URLPattern] = [
     path("clusters/<slug:name>/edit/", cluster_views.cluster_edit, name="cluster-edit"),
     path("clusters/<slug:name>/test/", cluster_views.cluster_test, name="cluster-test"),
     path("clusters/<slug:name>/delete/", cluster_views.cluster_delete, name="cluster-delete"),
+    path("hosts/", host_views.host_list, name="host-list"),
+    path("hosts/<slug:name>/drain/", host_views.host_drain, {"action": "drain"}, name="host-drain"),
+    path("hosts/<slug:name>/undrain/", host_views.host_drain, {"action": "undrain"}, name="host-undrain"),
     path("pipelines/overview.json", views.overview_json, name="overview-json"),
     path("pipelines/new/", views.pipeline_editor, name="pipeline-new"),
     path(

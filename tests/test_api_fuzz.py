@@ -30,6 +30,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections, transaction
+from django.utils import timezone
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
@@ -42,6 +43,7 @@ from dlq.filters import MessageFilter
 from dlq.ingest import TopicOwner, store_batch
 from dlq.models import DeadLetter
 from dlq.services import bulk as bulk_actions
+from pipelines.models import RunnerHost
 from pipelines.supervision import requests as supervision_requests
 from streamforge_core.kafka import Record
 from tests.dlq.conftest import dlq_headers, github_spec
@@ -68,6 +70,7 @@ _PATH_KINDS = {
     "/api/dlq/runbooks/": "runbook",
     "/api/dlq/topics/": "topic",
     "/api/pipelines/": "pipeline",
+    "/api/hosts/": "host",
     "/api/audit/": "audit",
     "/api/users/": "user",
     "/api/teams/": "team",
@@ -194,7 +197,17 @@ def world(db, fuzz_topics):
     bulk = services.create_bulk(
         actor=admin, kind="skip", selection=MessageFilter(pipeline=pipeline.name), reason="cleanup"
     )
+    host = RunnerHost.objects.create(
+        name=f"{team.name}-host",
+        queue=f"celery.runner.{team.name}-host",
+        slots=2,
+        memory_mb=2048,
+        advertise_host="127.0.0.1",
+        started_at=timezone.now(),
+        last_heartbeat_at=timezone.now(),
+    )
     KNOWN.update(
+        host=[host.name],
         team=[team.name],
         pipeline=[pipeline.name],
         pipeline_name=[pipeline.name],

@@ -151,6 +151,7 @@ DRIVER_ENV_NAMES = frozenset(
         "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "JAVA_HOME",
         "PYTHONPATH", "VIRTUAL_ENV", "SSL_CERT_FILE", "SSL_CERT_DIR",
         "HADOOP_HOME", "HADOOP_CONF_DIR", "HADOOP_USER_NAME",
+        "STREAMFORGE_RUNNER_NAME",  # tags the driver with its runner: the host agent's stray scan, crash-host
     }
 )  # fmt: skip
 #: ... and by prefix: locale categories and Spark's own settings (``SPARK_HOME``, ``SPARK_CONF_DIR``,

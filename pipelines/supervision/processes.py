@@ -22,6 +22,10 @@ from pipelines.models import PipelineRun, PipelineState
 #: a zombie that still "has" a pid) and its exit code is known even without an exit report.
 _children: dict[int, subprocess.Popen[bytes]] = {}
 
+#: Runs (by run id, as text) whose driver this process has already sent its graceful SIGTERM: the routed stop
+#: and the host agent's pull fallback share it, so a driver is asked once (``mark_signalled``/``was_signalled``).
+_signalled: set[str] = set()
+
 LOG_TAIL_LINES = 60
 LOG_TAIL_BYTES = 64 * 1024
 
@@ -49,6 +53,16 @@ def run_dir(pipeline_name: str, run_id: object) -> Path:
 def lease_path(pipeline_name: str, run_id: object) -> Path:
     """The lease file the runner keeps for a run's driver (``pipelines.spark.fence``)."""
     return run_dir(pipeline_name, run_id) / "lease.json"
+
+
+def mark_signalled(run_id: object) -> None:
+    """Record that this process sent run ``run_id``'s driver its graceful stop signal."""
+    _signalled.add(str(run_id))
+
+
+def was_signalled(run_id: object) -> bool:
+    """Whether this process already sent run ``run_id``'s driver its graceful stop signal."""
+    return str(run_id) in _signalled
 
 
 def _signal_process(pid: int, signum: signal.Signals) -> None:

@@ -19,6 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from pipelines.models import ACTIVE_STATES, DesiredState, Pipeline, PipelineRun, PipelineState
+from pipelines.supervision.drain import drain_step
 from pipelines.supervision.exits import _end_run
 from pipelines.supervision.launcher import start_pipeline, stop_pipeline
 from pipelines.supervision.processes import (
@@ -228,6 +229,8 @@ def reconcile(*, now: datetime | None = None) -> ReconcileReport:
         state=PipelineState.RESTARTING, next_restart_at=None, state_reason="no active run found"
     )
     orphaned.filter(desired_state=DesiredState.STOPPED).update(state=PipelineState.STOPPED)
+    # -- drain (host agent helper): move one pipeline at a time off each draining runner host
+    report.stopping.extend(drain_step(now))
     due = (
         Pipeline.objects.filter(desired_state=DesiredState.RUNNING)
         .filter(
