@@ -247,10 +247,11 @@ class Driver:
         self.realtime_batch_ended = threading.Event()
         self.query_name = f"streamforge-{options.pipeline}"
         self.fence = Fence(options.lease_file, options.run_id, options.epoch, options.fence_margin_seconds)
-        #: Set once the driver found itself fenced (``_on_fenced``): it reports exit 4 and stops, whatever
-        #: else then ends the query.
+        #: Set once a fence check failed (``_mark_fenced``): the driver has reported exit 4 and stops (the
+        #: watchdog, ``_on_fenced``), whatever else then ends the query.
         self.fenced = threading.Event()
         self._fenced_lock = threading.Lock()
+        self._stopping_fenced = False
         self.query: Any = None
 
     # -- side channels ------------------------------------------------------------------------------------
@@ -307,15 +308,18 @@ class Driver:
     # -- fencing --------------------------------------------------------------------------------------------
 
     def _watch_fence(self) -> None:
-        """The watchdog thread (only with a lease file): every ``FENCE_WATCH_SECONDS`` it re-reads the lease;
-        once it is not valid, ``_on_fenced``. It catches a driver that lost its lease between batches, or
-        in real-time mode, where no Python code runs inside a batch."""
-        while not self.fenced.is_set():
+        """The watchdog thread (only with a lease file): every ``FENCE_WATCH_SECONDS`` it re-reads the lease,
+        and once it is not valid, or a check elsewhere found the driver fenced, ``_on_fenced``. It catches a
+        driver that lost its lease between batches, and real-time mode, where no Python runs inside a batch."""
+        while True:
+            if self.fenced.is_set():
+                self._on_fenced("a fence check failed")  # reported by that check: this only stops
+                return
             ok, why = self.fence.valid()
             if not ok:
                 self._on_fenced(f"watchdog: {why}")
                 return
-            time.sleep(FENCE_WATCH_SECONDS)
+            self.fenced.wait(FENCE_WATCH_SECONDS)
 
     def _check_fence(self, where: str) -> None:
         """Raises ``Fenced`` (after reporting exit 4 once, ``_mark_fenced``) unless the lease is still valid."""
@@ -324,27 +328,31 @@ class Driver:
             self._mark_fenced(f"{where}: {why}")
             raise c.Fenced(f"{where}: {why}")
 
-    def _mark_fenced(self, why: str) -> bool:
-        """Record that the driver is fenced and report exit 4 (error type Fenced, the reason) at once, since
-        what follows may not return. True for the first call only."""
+    def _mark_fenced(self, why: str) -> None:
+        """Record that the driver is fenced (``self.fenced``, for good: a lease renewed later does not undo
+        it) and, the first time only, report exit 4 (error type Fenced, ``why``) at once, since what follows
+        may not return."""
         with self._fenced_lock:
-            if self.fenced.is_set():
-                return False
+            first = not self.fenced.is_set()
             self.fenced.set()
-        log.error("fenced, stopping without committing: %s", why)
-        _report_exit(self.options, c.EXIT_FENCED, FENCED, f"{c.FENCED_MARKER} {why}")
-        return True
+        if first:
+            log.error("fenced, stopping without committing: %s", why)
+            _report_exit(self.options, c.EXIT_FENCED, FENCED, f"{c.FENCED_MARKER} {why}")
 
     def _on_fenced(self, why: str) -> None:
-        """Stop a driver that no longer holds its lease (once; later calls do nothing), after reporting it:
+        """Stop a driver that no longer holds its lease, once (later calls do nothing), after reporting it
+        (``_mark_fenced``):
         - micro-batch: ``query.stop()`` abandons the running batch (its commit is refused by the check after
           the writes anyway); if the process is not gone ``FENCED_STOP_SECONDS`` later, ``_leave_fenced``;
         - real-time (low_latency): Spark's own Kafka sink writes and commits in the JVM with no Python check
           inside a batch, so ``_leave_fenced`` at once (SIGKILL of the JVM and every other process below the
           driver, then exit 4).
         Not called from inside ``foreachBatch``: stopping the query from its own batch would wait for itself."""
-        if not self._mark_fenced(why):
-            return
+        self._mark_fenced(why)
+        with self._fenced_lock:
+            if self._stopping_fenced:
+                return
+            self._stopping_fenced = True
         if self.spec.delivery.commit_strategy.kind == "low_latency" or self.query is None:
             _leave_fenced()  # nothing to stop gracefully yet, or nothing Python can hold back
             return
@@ -411,6 +419,11 @@ class Driver:
         event["group_commit_failed"] = commit_failed
         self.last_batch = event
         self._publish(event)
+        # Returning is what lets Spark write commits/<batch_id>: check once more, so the time between the last
+        # check and that write is Spark's alone (the group commit and the progress event above take
+        # milliseconds, more on a loaded host). A driver fenced here has committed the group, which only feeds
+        # lag tools; the checkpoint, the source of truth, does not get the batch and its owner re-reads it.
+        self._check_fence(f"batch {batch_id}: before returning to Spark")
 
     def _commit_group(self, ranges: dict[tuple[str, int], tuple[int, int]]) -> bool:
         """Commit each range's end to the consumer group; False when the commit failed (reported, not fatal:
