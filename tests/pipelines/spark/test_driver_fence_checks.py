@@ -49,7 +49,9 @@ SPARK_WRAPPED = (
 
 
 def _spec(mode: str = "at_least_once"):
-    strategy = {"kind": "low_latency"} if mode == "low_latency" else {"kind": "batch", "max_records": 50}
+    strategy: dict[str, object] = (
+        {"kind": "low_latency"} if mode == "low_latency" else {"kind": "batch", "max_records": 50}
+    )
     return parse_spec(
         {
             "source": {"topics": ["src"]},
