@@ -17,13 +17,22 @@ and written by Spark's Kafka sink, one long-running task per source partition. A
 batch (``interval_ms``, 5 s by default) a ``StreamingQueryListener`` commits the batch's end offsets to the
 consumer group and publishes the same progress event, counted by ``observe`` metrics.
 
+Fencing (``--lease-file``, ``--epoch``; ``pipelines.spark.fence``): the driver commits only while the lease
+file its runner keeps names this run and epoch and has not expired (less ``--fence-margin`` seconds). It checks
+before starting the query, at the start of every batch (before writing), after the batch's writes and before any
+commit (``foreachBatch`` raises, so Spark does not write ``commits/<batch>``), and before a real-time batch's
+group commit; a watchdog thread checks every second and stops a driver that lost its lease between batches.
+Without ``--lease-file`` fencing is off (the benchmark, a driver started by hand).
+
 Exit codes (``streamforge_core.contract``): 0 stopped on request, 1 crashed (restartable), 2 Config/DslParse,
-3 DeadLetterQueue. The last stderr line is ``STREAMFORGE_EXIT {json}`` with the reason.
+3 DeadLetterQueue, 4 Fenced (its lease expired or was taken over). The last stderr line is
+``STREAMFORGE_EXIT {json}`` with the reason.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -40,6 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
 import redis
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
@@ -54,6 +64,7 @@ from pyspark.sql.streaming.listener import (
 )
 
 from pipelines.dsl.spark import SourceColumns, stage_destinations
+from pipelines.spark.fence import Fence
 from pipelines.spark.routing import route
 from pipelines.spark.session import build_session
 from pipelines.spark.writer import (
@@ -85,6 +96,13 @@ _KAFKA_SOURCE_SCHEMA = (
 #: The name of the ``observe`` metrics (``pipelines.spark.routing.metric_columns``) in a real-time progress.
 REALTIME_METRICS = "streamforge"
 
+#: The error type of a driver that stopped because it lost its lease (exit ``EXIT_FENCED``).
+FENCED = c.Fenced.__name__
+#: How often the fence watchdog re-reads the lease file, in seconds.
+FENCE_WATCH_SECONDS = 1.0
+#: How long a fenced micro-batch driver may take to stop its query before it leaves with ``os._exit``, seconds.
+FENCED_STOP_SECONDS = 10.0
+
 
 @dataclass(frozen=True)
 class DriverOptions:
@@ -100,6 +118,12 @@ class DriverOptions:
     jars: tuple[str, ...]
     heartbeat_seconds: float = 5.0
     stop_timeout_seconds: float = 60.0
+    #: The run's lease epoch (``PipelineRun.epoch``); None when the control plane gave none.
+    epoch: int | None = None
+    #: The lease file its runner keeps (``pipelines.supervision.processes.lease_path``); None: fencing off.
+    lease_file: str | None = None
+    #: Seconds before the lease's expiry at which the driver stops committing (``DRIVER_FENCE_MARGIN_SECONDS``).
+    fence_margin_seconds: float = 3.0
 
 
 class ConfigError(Exception):
@@ -222,6 +246,13 @@ class Driver:
         #: Set by each real-time progress (low_latency): a graceful stop waits for the end of a batch.
         self.realtime_batch_ended = threading.Event()
         self.query_name = f"streamforge-{options.pipeline}"
+        self.fence = Fence(options.lease_file, options.run_id, options.epoch, options.fence_margin_seconds)
+        #: Set once a fence check failed (``_mark_fenced``): the driver has reported exit 4 and stops (the
+        #: watchdog, ``_on_fenced``), whatever else then ends the query.
+        self.fenced = threading.Event()
+        self._fenced_lock = threading.Lock()
+        self._stopping_fenced = False
+        self.query: Any = None
 
     # -- side channels ------------------------------------------------------------------------------------
 
@@ -245,7 +276,11 @@ class Driver:
         return "running" if self.last_batch else "waiting-for-first-batch"
 
     def _beat(self) -> None:
-        """Write one heartbeat (Redis key ``c.heartbeat_key``, 30 s expiry); a Redis error is logged only."""
+        """Write one heartbeat (Redis key ``c.heartbeat_key``, 30 s expiry, with the run's lease epoch); a Redis
+        error is logged only. None while the fence is not valid: the key is per pipeline, and a driver that
+        lost its lease must not overwrite the beats of the run that took over."""
+        if self.fenced.is_set() or not self.fence.valid()[0]:
+            return
         beat = {
             "pipeline": self.options.pipeline,
             "revision": self.options.revision,
@@ -256,6 +291,7 @@ class Driver:
             "time_ms": int(time.time() * 1000),
             "last_batch_id": self.last_batch.get("batch_id"),
             "phase": self.phase(),
+            "epoch": self.options.epoch,
         }
         try:
             self.redis.set(c.heartbeat_key(self.options.pipeline), json.dumps(beat), ex=30)
@@ -268,6 +304,65 @@ class Driver:
             self._beat()
             if self.stop_requested.wait(self.options.heartbeat_seconds):
                 return
+
+    # -- fencing --------------------------------------------------------------------------------------------
+
+    def _watch_fence(self) -> None:
+        """The watchdog thread (only with a lease file): every ``FENCE_WATCH_SECONDS`` it re-reads the lease,
+        and once it is not valid, or a check elsewhere found the driver fenced, ``_on_fenced``. It catches a
+        driver that lost its lease between batches, and real-time mode, where no Python runs inside a batch."""
+        while True:
+            if self.fenced.is_set():
+                self._on_fenced("a fence check failed")  # reported by that check: this only stops
+                return
+            ok, why = self.fence.valid()
+            if not ok:
+                self._on_fenced(f"watchdog: {why}")
+                return
+            self.fenced.wait(FENCE_WATCH_SECONDS)
+
+    def _check_fence(self, where: str) -> None:
+        """Raises ``Fenced`` (after reporting exit 4 once, ``_mark_fenced``) unless the lease is still valid."""
+        ok, why = self.fence.valid()
+        if not ok:
+            self._mark_fenced(f"{where}: {why}")
+            raise c.Fenced(f"{where}: {why}")
+
+    def _mark_fenced(self, why: str) -> None:
+        """Record that the driver is fenced (``self.fenced``, for good: a lease renewed later does not undo
+        it) and, the first time only, report exit 4 (error type Fenced, ``why``) at once, since what follows
+        may not return."""
+        with self._fenced_lock:
+            first = not self.fenced.is_set()
+            self.fenced.set()
+        if first:
+            log.error("fenced, stopping without committing: %s", why)
+            _report_exit(self.options, c.EXIT_FENCED, FENCED, f"{c.FENCED_MARKER} {why}")
+
+    def _on_fenced(self, why: str) -> None:
+        """Stop a driver that no longer holds its lease, once (later calls do nothing), after reporting it
+        (``_mark_fenced``):
+        - micro-batch: ``query.stop()`` abandons the running batch (its commit is refused by the check after
+          the writes anyway); if the process is not gone ``FENCED_STOP_SECONDS`` later, ``_leave_fenced``;
+        - real-time (low_latency): Spark's own Kafka sink writes and commits in the JVM with no Python check
+          inside a batch, so ``_leave_fenced`` at once (SIGKILL of the JVM and every other process below the
+          driver, then exit 4).
+        Not called from inside ``foreachBatch``: stopping the query from its own batch would wait for itself."""
+        self._mark_fenced(why)
+        with self._fenced_lock:
+            if self._stopping_fenced:
+                return
+            self._stopping_fenced = True
+        if self.spec.delivery.commit_strategy.kind == "low_latency" or self.query is None:
+            _leave_fenced()  # nothing to stop gracefully yet, or nothing Python can hold back
+            return
+        timer = threading.Timer(FENCED_STOP_SECONDS, _leave_fenced)
+        timer.daemon = True
+        timer.start()
+        try:
+            self.query.stop()
+        except Exception as exc:  # the query may have failed already (a batch's check raised)
+            log.warning("stopping the fenced query: %s", exc)
 
     def _latest_offsets(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         latest: dict[tuple[str, int], int] = {}
@@ -284,6 +379,8 @@ class Driver:
     def process_batch(self, batch: DataFrame, batch_id: int) -> None:
         """foreachBatch body: write everything, then (non-transactional modes) commit offsets to the
         consumer group and publish progress. Raising here fails the batch: nothing is committed."""
+        # Outside the at_most_once skip below: a fenced driver writes nothing of this batch.
+        self._check_fence(f"batch {batch_id}: before writing")
         started = time.monotonic()
         assert self.writer_config is not None
         config = replace(self.writer_config, batch_id=batch_id)
@@ -311,6 +408,9 @@ class Driver:
             key = (row.topic, row.partition)
             low, high = ranges.get(key, (row.min_offset, row.max_offset))
             ranges[key] = (min(low, row.min_offset), max(high, row.max_offset))
+        # Raising here fails foreachBatch: Spark writes no commits/<batch_id> (MicroBatchExecution commits a
+        # batch only after the sink's addBatch returned), and the consumer group is not committed either.
+        self._check_fence(f"batch {batch_id}: before committing")
         commit_failed = False
         if self.spec.delivery.mode != "effectively_once" and ranges:
             commit_failed = not self._commit_group(ranges)
@@ -319,6 +419,11 @@ class Driver:
         event["group_commit_failed"] = commit_failed
         self.last_batch = event
         self._publish(event)
+        # Returning is what lets Spark write commits/<batch_id>: check once more, so the time between the last
+        # check and that write is Spark's alone (the group commit and the progress event above take
+        # milliseconds, more on a loaded host). A driver fenced here has committed the group, which only feeds
+        # lag tools; the checkpoint, the source of truth, does not get the batch and its owner re-reads it.
+        self._check_fence(f"batch {batch_id}: before returning to Spark")
 
     def _commit_group(self, ranges: dict[tuple[str, int], tuple[int, int]]) -> bool:
         """Commit each range's end to the consumer group; False when the commit failed (reported, not fatal:
@@ -429,6 +534,7 @@ class Driver:
             )
         counts: Counter[str] = Counter({k: int(v) for k, v in totals.items() if v})
         ranges = source_ranges(progress.sources)
+        self._check_fence(f"real-time batch {progress.batchId}: before committing the consumer group")
         commit_failed = bool(ranges) and not self._commit_group(ranges)
         latest = self._latest_offsets(list(ranges))
         event = self._progress_event(progress.batchId, started, consumed, 0, 0, counts, ranges, latest)
@@ -443,6 +549,8 @@ class Driver:
         """Start the query and block until it ends; returns the exit code."""
         spec, options = self.spec, self.options
         threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
+        if self.fence.enabled:
+            threading.Thread(target=self._watch_fence, name="fence-watchdog", daemon=True).start()
         preflight(options.kafka, spec)
         limits = topic_limits(self.admin, [*spec.source.topics, *spec.output_topics()])
         self.writer_config = WriterConfig(
@@ -489,6 +597,8 @@ class Driver:
             reader = reader.option("maxOffsetsPerTrigger", str(strategy.max_records))
         if spec.delivery.mode == "effectively_once":
             reader = reader.option("kafka.isolation.level", "read_committed")
+        # A start that outlasted its lease never opens the checkpoint.
+        self._check_fence("before starting the query")
         if strategy.kind == "low_latency":
             # No writer decodes values again in real-time mode, so the plan's own decoding must be exact.
             query = self._start_realtime(enrich(reader.load(), spec, exact_deserialization=True))
@@ -502,6 +612,7 @@ class Driver:
             if strategy.kind == "time":
                 writer = writer.trigger(processingTime=f"{strategy.interval_ms} milliseconds")
             query = writer.start()
+        self.query = query
         self.query_started.set()
         self._beat()  # supervision shows RUNNING now, not a heartbeat later
         self._install_signal_handlers(query)
@@ -510,10 +621,14 @@ class Driver:
         try:
             query.awaitTermination()
         except Exception as exc:
+            if self.fenced.is_set():
+                raise c.Fenced("the query ended after the driver was fenced") from exc
             halt = realtime_sink_halt(str(exc), spec) if strategy.kind == "low_latency" else None
             if halt is None:
                 raise
             raise halt from exc
+        if self.fenced.is_set():
+            raise c.Fenced("the query was stopped: the driver was fenced")
         return c.EXIT_STOPPED
 
     def _warm_up(self) -> None:
@@ -615,6 +730,8 @@ class RealtimeProgressListener(StreamingQueryListener):
             return
         try:
             self.driver.realtime_progress(event.progress)
+        except c.Fenced as exc:
+            self.driver._on_fenced(exc.detail)  # already reported; stops the real-time query's JVM at once
         except Exception:
             log.exception("real-time progress of batch %s not handled", event.progress.batchId)
 
@@ -652,8 +769,13 @@ def realtime_sink_halt(text: str, spec: PipelineSpec) -> c.PipelineHalt | None:
 
 
 def classify(exc: BaseException) -> tuple[int, str]:
-    """Map an exception that ended the query to (exit code, error type)."""
+    """Map an exception that ended the query to (exit code, error type). A ``Fenced`` raised in
+    ``foreachBatch`` reaches the driver wrapped by Spark (Python -> JVM ``PythonException`` -> a
+    ``StreamingQueryException``), recognised by ``contract.FENCED_MARKER`` in its text, before any other
+    marker: a fenced driver's batch may also have failed in other ways, but it stopped because of the lease."""
     text = str(exc)
+    if isinstance(exc, c.Fenced) or c.FENCED_MARKER in text:
+        return c.EXIT_FENCED, FENCED
     for error_type, code in ((c.DEAD_LETTER_QUEUE, c.EXIT_DLQ), (c.CONFIG, c.EXIT_CONFIG)):
         if c.halt_marker(error_type) in text:
             return code, error_type
@@ -675,14 +797,48 @@ def _report_exit(options: DriverOptions, code: int, error_type: str, message: st
     try:
         client = redis_client.connect(options.redis_url)
         client.set(c.exit_key(options.pipeline, options.run_id), json.dumps(report), ex=7 * 24 * 3600)
-        client.delete(c.heartbeat_key(options.pipeline))
+        _drop_own_heartbeat(client, options)
     except redis.RedisError:
         pass
 
 
+#: Deletes KEYS[1] only if it holds the beat of run ARGV[1] (one atomic step on the server).
+_DROP_OWN_HEARTBEAT = """
+local raw = redis.call('GET', KEYS[1])
+if raw then
+  local ok, beat = pcall(cjson.decode, raw)
+  if ok and type(beat) == 'table' and beat['run_id'] == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+  end
+end
+return 0
+"""
+
+
+def _drop_own_heartbeat(client: redis.Redis, options: DriverOptions) -> None:
+    """Delete the pipeline's heartbeat key if it still holds this run's beat (a Lua script: compare and
+    delete in one step), so a beat that the run which took over wrote meanwhile survives: a fenced driver must
+    not erase its successor's heartbeat. Raises redis.RedisError."""
+    client.eval(_DROP_OWN_HEARTBEAT, 1, c.heartbeat_key(options.pipeline), options.run_id)
+
+
+def _leave_fenced() -> None:
+    """End a fenced driver now: SIGKILL every process below it (the JVM, where Spark's tasks and its Kafka
+    sink run, and the Python workers), then ``os._exit(EXIT_FENCED)`` without running Python's exit handlers
+    (they would talk to the dead JVM). The exit report was written before (``Driver._mark_fenced``)."""
+    try:
+        below = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        below = []
+    for process in below:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    os._exit(c.EXIT_FENCED)
+
+
 def _short(exc: BaseException) -> str:
     text = str(exc)
-    for marker in (c.halt_marker(c.DEAD_LETTER_QUEUE), c.halt_marker(c.CONFIG)):
+    for marker in (c.FENCED_MARKER, c.halt_marker(c.DEAD_LETTER_QUEUE), c.halt_marker(c.CONFIG)):
         if marker in text:
             start = text.index(marker)
             return text[start:].splitlines()[0]
@@ -703,7 +859,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--jars", default=os.environ.get("STREAMFORGE_SPARK_JARS", ""), help="comma-separated"
     )
+    parser.add_argument("--epoch", type=int, default=None, help="the run's lease epoch")
+    parser.add_argument(
+        "--lease-file", default=None, help="the lease file its runner keeps (absent: fencing off)"
+    )
+    parser.add_argument(
+        "--fence-margin",
+        type=float,
+        default=3.0,
+        help="stop committing this many seconds before the lease expires",
+    )
     args = parser.parse_args(argv)
+    if args.lease_file is not None and args.epoch is None:
+        parser.error("--lease-file needs --epoch (the lease names the epoch this run holds)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     options = DriverOptions(
         pipeline=args.pipeline,
@@ -715,11 +883,21 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint_dir=args.checkpoint_dir,
         master=args.master,
         jars=tuple(j for j in args.jars.split(",") if j),
+        epoch=args.epoch,
+        lease_file=args.lease_file,
+        fence_margin_seconds=args.fence_margin,
     )
+    driver: Driver | None = None
     try:
         spec = parse_spec(json.loads(args.spec_file.read_text()), pipeline_name=args.pipeline)
-        code = Driver(spec, options).run()
+        driver = Driver(spec, options)
+        code = driver.run()
     except Exception as exc:
+        if driver is not None and driver.fenced.is_set():
+            # Reported when the fence failed (the reason is there); what ended the query afterwards is a
+            # consequence (Spark's wrapped Fenced, or the stop).
+            log.error("pipeline %s ended: fenced (%s)", options.pipeline, _short(exc))
+            return c.EXIT_FENCED
         code, error_type = classify(exc)
         log.exception("pipeline %s ended: %s", options.pipeline, error_type)
         _report_exit(options, code, error_type, _short(exc))

@@ -95,6 +95,7 @@ class DriverProcess:
     master: str = "local[2]"
     run_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     env: dict[str, str] = field(default_factory=dict)  # added to the child's environment (KAFKA_* security)
+    args: list[str] = field(default_factory=list)  # added to the command line (--epoch, --lease-file)
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -125,6 +126,7 @@ class DriverProcess:
                 "--spec-file", str(spec_file), "--pipeline", self.pipeline, "--revision", str(self.revision),
                 "--run-id", self.run_id, "--bootstrap", self.bootstrap, "--redis-url", self.redis_url,
                 "--checkpoint-dir", str(self.checkpoint), "--master", self.master, "--jars", ",".join(self.jars),
+                *self.args,
             ],
             cwd=REPO, env=env, stdout=self.log_path.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip

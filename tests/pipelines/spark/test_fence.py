@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import stat
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ NOW_S = 1_800_000_000.0
 
 
 def _lease(**changes) -> Lease:
-    values = {
+    values: dict[str, Any] = {
         "pipeline": "orders",
         "run_id": "run-7",
         "epoch": 7,
