@@ -55,7 +55,7 @@ from pyspark.sql.streaming.listener import (
 
 from pipelines.dsl.spark import SourceColumns, stage_destinations
 from pipelines.spark.routing import route
-from pipelines.spark.session import build_session
+from pipelines.spark.session import build_session, cluster_conf
 from pipelines.spark.writer import (
     SUMMARY_SCHEMA,
     DestinationInfo,
@@ -100,6 +100,9 @@ class DriverOptions:
     jars: tuple[str, ...]
     heartbeat_seconds: float = 5.0
     stop_timeout_seconds: float = 60.0
+    #: On a standalone cluster: the address executors reach this driver at, and the cores it may take.
+    driver_host: str | None = None
+    cores_max: int | None = None
 
 
 class ConfigError(Exception):
@@ -467,6 +470,7 @@ class Driver:
             app_name=f"streamforge-{options.pipeline}-r{options.revision}",
             master=options.master,
             jars=options.jars,
+            conf=cluster_conf(options.driver_host, options.cores_max),
         )
         strategy = spec.delivery.commit_strategy
         if strategy.kind == "low_latency":
@@ -703,6 +707,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--jars", default=os.environ.get("STREAMFORGE_SPARK_JARS", ""), help="comma-separated"
     )
+    parser.add_argument(
+        "--driver-host", default=None, help="spark.driver.host: where executors reach the driver"
+    )
+    parser.add_argument("--cores-max", type=int, default=None, help="spark.cores.max on a standalone cluster")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     options = DriverOptions(
@@ -715,6 +723,8 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint_dir=args.checkpoint_dir,
         master=args.master,
         jars=tuple(j for j in args.jars.split(",") if j),
+        driver_host=args.driver_host,
+        cores_max=args.cores_max,
     )
     try:
         spec = parse_spec(json.loads(args.spec_file.read_text()), pipeline_name=args.pipeline)
