@@ -294,8 +294,11 @@ CLUSTER_KEYS = {
 
 
 def cluster_keys(profile: Profile) -> dict[str, str]:
-    """The stack's shared keys, {variable: value} for every entry of CLUSTER_KEYS: made once (64 random
-    URL-safe characters each) in ``<state>/keys/`` (folder 0700, files 0600) and read back afterwards."""
+    """The stack's shared keys, {variable: value} for every entry of CLUSTER_KEYS: made once in
+    ``<state>/keys/`` (folder 0700, files 0600) and read back afterwards. Each is 64 random URL-safe
+    characters, or, for a stack whose state folder already holds the debug key of that name (the settings
+    made it before the stack had runners, e.g. an existing chaos stack), that key: its audit chain and
+    signed sessions stay valid."""
     import secrets as random_secrets
 
     folder = profile.state_dir / "keys"
@@ -306,9 +309,11 @@ def cluster_keys(profile: Profile) -> dict[str, str]:
     for variable, name in CLUSTER_KEYS.items():
         path = folder / name
         if not path.exists():
+            earlier = profile.state_dir / name
+            value = earlier.read_text().strip() if earlier.is_file() else ""
             descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(descriptor, "w") as out:
-                out.write(random_secrets.token_urlsafe(48))
+                out.write(value or random_secrets.token_urlsafe(48))
         path.chmod(0o600)
         keys[variable] = path.read_text().strip()
     return keys

@@ -128,8 +128,13 @@ def standalone_cluster(
     """Run a master and one worker per ``worker_ui_ports`` entry (each ``cores`` cores, ``memory``) under
     ``root`` (home, ``work/``, ``master.log``, ``worker-<i>.log``), each in its own process group; yields
     the master URL once the master's port and every worker's UI port answer; SIGKILLs the groups on exit.
-    Raises TimeoutError when a port does not answer within ``timeout`` seconds. For tests; devstack's
+    Raises RuntimeError when one of the ports is in use before the start, TimeoutError when a port does
+    not answer within ``timeout`` seconds. For tests; devstack's
     ``cluster`` profile runs the same commands as services."""
+    taken = [port for port in (master_port, master_ui_port, *worker_ui_ports) if port_listening(port)]
+    if taken:
+        # Another cluster (a run that died without its clean-up) would take our worker and our application.
+        raise RuntimeError(f"port(s) {', '.join(map(str, taken))} already in use: stop what holds them first")
     home = spark_home(root)
     work = root / "work"
     work.mkdir(parents=True, exist_ok=True)

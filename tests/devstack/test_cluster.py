@@ -71,8 +71,11 @@ def test_cluster_services_in_start_order(cluster: config.Profile) -> None:
         "postgres", "kafka", "redis", "spark-master", "spark-worker-1", "spark-worker-2",
         "web-1", "web-2", *RUNNERS, "beat-1", "beat-2", "dlq-ingest",
     ]  # fmt: skip
-    # The single-host profiles keep their one web, worker and beat.
+    # The single-host profiles keep their one web, worker and beat; the chaos stack adds two runner hosts
+    # beside its plain worker (which chaos.bulk_worker kills alone).
     assert [s.name for s in services(PROFILES["dev"])][-4:] == ["web", "worker", "beat", "dlq-ingest"]
+    chaos = [s.name for s in services(replace(PROFILES["chaos"], name=cluster.name))]
+    assert chaos[-6:] == ["web", "worker", "runner-a", "runner-b", "beat", "dlq-ingest"]
 
 
 def test_each_runner_reads_the_shared_queue_and_its_own_under_its_name_with_its_own_state_folder(
