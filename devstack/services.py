@@ -279,6 +279,8 @@ def django_env(profile: Profile) -> dict[str, str]:
         **secure_kafka_env(profile),
     }
     if profile.runners:
+        # Drivers inherit SPARK_*: they bind and advertise loopback, where the executors reach them.
+        env["SPARK_LOCAL_IP"] = "127.0.0.1"
         env["STREAMFORGE_CHECKPOINT_ROOT"] = str(profile.checkpoint_root)
         env["STREAMFORGE_RECONCILE_SECONDS"] = os.environ.get("STREAMFORGE_RECONCILE_SECONDS", "2")
         env.update(cluster_keys(profile))
