@@ -855,10 +855,12 @@ def _spark_master(profile: Profile) -> Service:
         "spark-master",
         (profile.spark_port, profile.spark_ui_port),
         lambda: spark_cluster.master_command(home, profile.spark_port, profile.spark_ui_port),
-        lambda: port_open(profile.spark_port) and port_open(profile.spark_ui_port),
+        # The UI is bound after the RPC port (Master.onStart); polling the RPC port itself fills the master's
+        # log with "disassociated" lines.
+        _http_ready(f"http://127.0.0.1:{profile.spark_ui_port}/json/"),
         prepare,
         env=lambda: spark_cluster.cluster_env(home, work),
-        ready_timeout=60,
+        ready_timeout=120,
     )
 
 
@@ -886,7 +888,7 @@ def _spark_worker(profile: Profile, index: int) -> Service:
         _log_says(profile, f"spark-worker-{index}", "Successfully registered with master"),
         prepare,
         env=lambda: spark_cluster.cluster_env(home, work / f"worker-{index}"),
-        ready_timeout=60,
+        ready_timeout=120,
     )
 
 
