@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 from devstack import hosts, jars
 from devstack.config import PROFILES, REPO_ROOT, Profile
@@ -69,7 +70,7 @@ def _status(profile: Profile) -> int:
 
 
 #: Commands that act on one runner host (``devstack.hosts``), each taking the runner's name.
-HOST_COMMANDS = {
+HOST_COMMANDS: dict[str, Callable[[Profile, str], list[str]]] = {
     "crash-host": hosts.crash_host,
     "freeze-host": hosts.freeze_host,
     "thaw-host": hosts.thaw_host,

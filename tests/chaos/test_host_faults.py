@@ -50,11 +50,11 @@ class Handle:
 
 def test_a_pipeline_has_moved_once_a_new_run_on_another_host_finished_a_batch():
     before = Placement("runner-a", "r1", 3, 100)
-    assert moved(Handle(Run("r2", "runner-b", 4), batch_done=True), before)  # type: ignore[arg-type]
-    assert not moved(Handle(Run("r2", "runner-b", 4), batch_done=False), before)  # type: ignore[arg-type]
-    assert not moved(Handle(Run("r1", "runner-a", 3), batch_done=True), before)  # type: ignore[arg-type]
-    assert not moved(Handle(Run("r2", "runner-a", 4), batch_done=True), before)  # type: ignore[arg-type]
-    assert not moved(Handle(None, batch_done=False), before)  # type: ignore[arg-type]
+    assert moved(Handle(Run("r2", "runner-b", 4), batch_done=True), before)
+    assert not moved(Handle(Run("r2", "runner-b", 4), batch_done=False), before)
+    assert not moved(Handle(Run("r1", "runner-a", 3), batch_done=True), before)
+    assert not moved(Handle(Run("r2", "runner-a", 4), batch_done=True), before)
+    assert not moved(Handle(None, batch_done=False), before)
 
 
 @dataclass
@@ -72,7 +72,7 @@ def test_failover_figures_become_failures_when_a_pipeline_did_not_move_or_kept_i
         }
     )
     before = {"alo": Placement("runner-a", "r1", 4, 1), "eo": Placement("runner-a", "e1", 7, 2)}
-    record_moves(ctx, result, before, {"alo": 41.5, "eo": 120.0})  # type: ignore[arg-type]
+    record_moves(ctx, result, before, {"alo": 41.5, "eo": 120.0})
     alo, eo = result.modes["alo"], result.modes["eo"]
     assert alo.passed
     assert alo.checks["failover_s"] == 41.5
@@ -83,7 +83,7 @@ def test_failover_figures_become_failures_when_a_pipeline_did_not_move_or_kept_i
     assert result.modes["other"].checks == {"on_lost_host": False}
 
     result = FaultResult("host_crash", "t", modes={"alo": ModeResult("alo")})
-    record_moves(ctx, result, before, {"alo": None})  # type: ignore[arg-type]
+    record_moves(ctx, result, before, {"alo": None})
     assert "not running on another host" in result.modes["alo"].failures[0]
 
 

@@ -168,10 +168,17 @@ def test_the_spark_master_and_workers_run_from_spark_class_of_a_home_with_a_rele
 def test_down_stops_runners_and_beats_before_the_drivers(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     monkeypatch.setattr("devstack.config.REPO_ROOT", tmp_path)
     order: list[str] = []
-    monkeypatch.setattr(
-        cli, "stop", lambda profile, service: order.append(service.name) or f"{service.name}: stopped"
-    )
-    monkeypatch.setattr(cli, "stop_pipeline_drivers", lambda profile: order.append("drivers") or [])
+
+    def stop(profile: config.Profile, service: Service) -> str:
+        order.append(service.name)
+        return f"{service.name}: stopped"
+
+    def stop_drivers(profile: config.Profile) -> list[str]:
+        order.append("drivers")
+        return []
+
+    monkeypatch.setattr(cli, "stop", stop)
+    monkeypatch.setattr(cli, "stop_pipeline_drivers", stop_drivers)
     assert cli.main(["--profile", "cluster", "down"]) == 0
     drivers = order.index("drivers")
     assert {*RUNNERS, "beat-1", "beat-2"} <= set(order[:drivers])
@@ -210,7 +217,7 @@ def _members(pgid: int) -> list[psutil.Process]:
 
 
 def _states(pgid: int) -> set[str]:
-    states = set()
+    states: set[str] = set()
     for proc in _members(pgid):
         try:
             states.add(proc.status())
@@ -313,7 +320,7 @@ def test_freeze_stops_the_same_groups_and_thaw_resumes_the_drivers_before_the_ru
             resumed.append(pgid)
         real_killpg(pgid, signum)
 
-    monkeypatch.setattr(hosts.os, "killpg", recording_killpg)
+    monkeypatch.setattr(os, "killpg", recording_killpg)
     lines = hosts.thaw_host(cluster, "runner-a")
     assert resumed[-1] == runner_pid, "the runner last"
     assert set(resumed[:-1]) == set(mine[1:]), "every driver before it"
