@@ -22,7 +22,8 @@ from types import ModuleType
 from chaos.stack import CHAOS_ENV, ChaosStack
 
 #: Each fault is the module ``chaos.<name>`` (its ``TITLE`` and ``run(ctx)``), run in this order.
-#: kill_low_latency comes last: its pipeline then reads the whole run's source, replays included.
+#: kill_low_latency comes after the single-host faults: its pipeline then reads the whole run's source,
+#: replays included. The host faults (a whole runner host lost, partitioned) come last.
 FAULTS = (
     "kill_driver",
     "broker",
@@ -31,6 +32,8 @@ FAULTS = (
     "bulk_worker",
     "ingest_kill",
     "kill_low_latency",
+    "host_crash",
+    "host_partition",
 )
 
 

@@ -1,9 +1,11 @@
 """The private stack the fault-injection run owns: devstack's ``chaos`` profile (Kafka 29092/29093, Redis
-26379, web 28000, state in ``.stack/chaos/``), never the shared dev or test services.
+26379, web 28000, runner hosts ``runner-a`` and ``runner-b`` beside a plain worker, state in ``.stack/chaos/``),
+never the shared dev or test services.
 
 ``ChaosStack.up`` starts what is not running and remembers what it started; ``down`` stops exactly that.
-Faults go through ``stop``/``start`` (graceful, devstack's own) and ``kill9`` (SIGKILL to the service's
-whole process group, as a crash would).
+Faults go through ``stop``/``start`` (graceful, devstack's own), ``kill9`` (SIGKILL to the service's
+whole process group, as a crash would) and, for a whole runner host, ``crash_host``, ``freeze_host`` and
+``thaw_host`` (``devstack.hosts``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 
+from devstack import hosts
 from devstack.config import PROFILES, Profile
 from devstack.services import Service, django_env, running_process, services, start, stop
 
@@ -87,6 +90,19 @@ class ChaosStack:
         while time.monotonic() < deadline and running_process(self.profile, name) is not None:
             time.sleep(0.1)
         return pid
+
+    def crash_host(self, name: str) -> list[str]:
+        """SIGKILL runner host ``name``: the runner's process group and every driver group it launched
+        (``devstack.hosts.crash_host``); returns what died, a line per group."""
+        return hosts.crash_host(self.profile, name)
+
+    def freeze_host(self, name: str) -> list[str]:
+        """SIGSTOP runner host ``name``'s groups (``devstack.hosts.freeze_host``); a line per group."""
+        return hosts.freeze_host(self.profile, name)
+
+    def thaw_host(self, name: str) -> list[str]:
+        """SIGCONT what ``freeze_host`` stopped, drivers first, runner last; a line per group."""
+        return hosts.thaw_host(self.profile, name)
 
     def down(self) -> list[str]:
         """Stop, in reverse start order, exactly the services this run started."""

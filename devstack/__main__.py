@@ -1,4 +1,5 @@
-"""``python -m devstack [--profile dev|test|chaos] up|down|status|env|fetch|system|demo [service ...]``.
+"""``python -m devstack [--profile dev|test|chaos|cluster] up|down|status|env|fetch|system|demo [service ...]``
+and, for a profile with runner hosts, ``crash-host|freeze-host|thaw-host NAME``.
 
 The local stack manager behind ``make up``, ``make down``, ``make status`` and the test setup. Exit code 0
 when everything asked for is in the asked-for state, 1 with a message on stderr otherwise.
@@ -14,8 +15,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
-from devstack import jars
+from devstack import hosts, jars
 from devstack.config import PROFILES, REPO_ROOT, Profile
 from devstack.config import profile as profile_named
 from devstack.services import (
@@ -23,6 +25,7 @@ from devstack.services import (
     StackError,
     django_env,
     ensure_system_packages,
+    launches_drivers,
     log_file,
     port_open,
     running_process,
@@ -54,13 +57,24 @@ def _status(profile: Profile) -> int:
             state = f"stopped (port {taken[0]} in use by another process)" if taken else "stopped"
         else:
             state = f"running pid {proc.pid}" + ("" if service.ready() else " (not ready)")
-        print(f"  {service.name:<8} {ports:<12} {state:<40} {log_file(profile, service.name)}")
-    print(f"  web UI: {profile.web_url}/   Kafka: {profile.kafka_bootstrap}   Redis: {profile.redis_url}")
+        print(f"  {service.name:<14} {ports:<12} {state:<40} {log_file(profile, service.name)}")
+    webs = "  ".join(f"http://127.0.0.1:{port}/" for port in profile.web_ports)
+    print(f"  web UI: {webs}   Kafka: {profile.kafka_bootstrap}   Redis: {profile.redis_url}")
+    if profile.spark_master_url:
+        print(f"  Spark master: {profile.spark_master_url} (UI http://127.0.0.1:{profile.spark_ui_port}/)")
+    for name in profile.runners:
+        frozen = hosts.frozen_groups(profile, name)
+        if frozen:
+            print(f"  {name}: FROZEN ({len(frozen)} process groups; thaw-host {name})")
     return 0
 
 
-#: Services that launch pipeline drivers (the Celery worker runs start tasks the beat's reconcile sends).
-DRIVER_LAUNCHERS = ("beat", "worker")
+#: Commands that act on one runner host (``devstack.hosts``), each taking the runner's name.
+HOST_COMMANDS: dict[str, Callable[[Profile, str], list[str]]] = {
+    "crash-host": hosts.crash_host,
+    "freeze-host": hosts.freeze_host,
+    "thaw-host": hosts.thaw_host,
+}
 
 
 def _interrupted(_signum: int, _frame: object) -> None:
@@ -117,8 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the command; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="devstack", description=__doc__)
     parser.add_argument("--profile", choices=sorted(PROFILES), default="dev")
-    parser.add_argument("command", choices=["up", "down", "status", "env", "fetch", "system", "demo"])
-    parser.add_argument("services", nargs="*", help="limit up/down to these services")
+    parser.add_argument(
+        "command", choices=["up", "down", "status", "env", "fetch", "system", "demo", *HOST_COMMANDS]
+    )
+    parser.add_argument(
+        "services", nargs="*", help="limit up/down to these services; a host command's runner"
+    )
     parser.add_argument("--rate", type=float, default=200.0, help="demo: records/s fed into the source topic")
     parser.add_argument("--corrupt-every", type=int, default=50, help="demo: every N-th record is corrupted")
     parser.add_argument("--duration", type=float, default=0.0, help="demo: stop after this many seconds")
@@ -144,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
             return _status(profile)
         elif args.command == "demo":
             return _demo(profile, args)
+        elif args.command in HOST_COMMANDS:
+            if len(args.services) != 1:
+                raise StackError(f"{args.command} takes one runner name, e.g. {args.command} runner-a")
+            for line in HOST_COMMANDS[args.command](profile, args.services[0]):
+                print(line, flush=True)
         elif args.command == "up":
             for service in _select(profile, args.services):
                 print(start(profile, service), flush=True)
@@ -152,11 +175,16 @@ def main(argv: list[str] | None = None) -> int:
             if not args.services:
                 # The whole stack: first what launches drivers (the beat restarts a pipeline whose driver
                 # exits while it is wanted running), then the drivers, or they outlive the stack.
-                for service in [s for s in chosen if s.name in DRIVER_LAUNCHERS]:
+                # A frozen host is resumed first: a stopped process ignores SIGTERM until it runs again.
+                for name in profile.runners:
+                    if hosts.frozen_groups(profile, name):
+                        for line in hosts.thaw_host(profile, name):
+                            print(line, flush=True)
+                for service in [s for s in chosen if launches_drivers(profile, s.name)]:
                     print(stop(profile, service), flush=True)
                 for line in stop_pipeline_drivers(profile):
                     print(line, flush=True)
-                chosen = [s for s in chosen if s.name not in DRIVER_LAUNCHERS]
+                chosen = [s for s in chosen if not launches_drivers(profile, s.name)]
             for service in chosen:
                 print(stop(profile, service), flush=True)
     except (StackError, jars.JarFetchError, ValueError) as exc:

@@ -1,8 +1,10 @@
 """Where devstack keeps things and which ports each profile uses.
 
-Three profiles exist so that the test suite never disturbs a running demo: ``dev`` (the ports the README and
-the demo use), ``test`` (the same services on other ports, with their own state folder and database) and
-``chaos`` (a private stack the fault-injection run may stop and kill at will).
+Four profiles exist so that the test suite never disturbs a running demo: ``dev`` (the ports the README and
+the demo use), ``test`` (the same services on other ports, with their own state folder and database),
+``chaos`` (a private stack the fault-injection run may stop and kill at will) and ``cluster`` (no single
+control process: two webs, two beats, three runner hosts and a Spark standalone master with two workers, on
+PostgreSQL).
 """
 
 from __future__ import annotations
@@ -41,6 +43,22 @@ class Profile:
     plaintext one; the test profile has it, for the tests of secured connections."""
     """False for the test stack: its PostgreSQL runs without fsync (the suite creates and drops its database
     and never needs to survive a power cut)."""
+    webs: int = 1
+    """How many web processes (daphne) the stack runs, on ``web_port``, ``web_port + 1``, ..."""
+    beats: int = 1
+    """How many Celery beats (each with its own schedule file)."""
+    runners: tuple[str, ...] = ()
+    """Runner hosts (``STREAMFORGE_RUNNER_NAME``): each a Celery worker with its own state folder and queue.
+    Empty: the stack has the one plain ``worker`` of a single-host install."""
+    spark_port: int = 0
+    """The Spark standalone master's port (0: no cluster; drivers use ``SPARK_MASTER`` or ``local[*]``)."""
+    spark_ui_port: int = 0
+    """The master's web UI; worker ``i`` (1-based) has ``spark_ui_port + i``."""
+    spark_workers: int = 0
+    plain_worker: bool = True
+    """Whether the stack has the plain Celery ``worker`` (no runner name) of a single-host install."""
+    postgres_only: bool = False
+    """PostgreSQL whatever ``STREAMFORGE_DB`` says (several processes claim leases with conditional UPDATEs)."""
 
     @property
     def state_dir(self) -> Path:
@@ -68,7 +86,7 @@ class Profile:
         choice = os.environ.get("STREAMFORGE_DB", "sqlite").strip().lower()
         if choice not in {"sqlite", "postgres"}:
             raise ValueError(f"STREAMFORGE_DB must be sqlite or postgres, not {choice!r}")
-        return choice == "postgres"
+        return choice == "postgres" or self.postgres_only
 
     @property
     def database_url(self) -> str:
@@ -85,6 +103,26 @@ class Profile:
     @property
     def web_url(self) -> str:
         return f"http://127.0.0.1:{self.web_port}"
+
+    @property
+    def web_ports(self) -> tuple[int, ...]:
+        """One port per web process, from ``web_port`` up."""
+        return tuple(self.web_port + i for i in range(self.webs))
+
+    @property
+    def spark_master_url(self) -> str | None:
+        """``spark://127.0.0.1:<spark_port>`` when the stack runs a standalone cluster, else None."""
+        return f"spark://127.0.0.1:{self.spark_port}" if self.spark_port else None
+
+    @property
+    def checkpoint_root(self) -> Path:
+        """Where a multi-runner stack keeps every pipeline's checkpoints: one folder all its runners reach
+        (a stand-in for HDFS or S3A). A single-host stack leaves it to the default (``<state>/checkpoints``)."""
+        return self.state_dir / "shared" / "checkpoints"
+
+    def runner_state_dir(self, runner: str) -> Path:
+        """A runner's own state folder (its runs' logs, spec files and lease files): ``runners/<name>``."""
+        return self.state_dir / "runners" / runner
 
     @property
     def secure_kafka(self) -> SecureKafkaPorts:
@@ -129,6 +167,8 @@ PROFILES: dict[str, Profile] = {
     ),
     # The fault-injection run (``make chaos``) stops and kills its own broker, Redis and workers, so it has a
     # whole private stack: nothing shared with a demo or another engineer's test run is ever touched.
+    # Its plain worker stays (DLQ tasks; chaos.bulk_worker kills it alone); two runner hosts carry the
+    # pipelines, so chaos.host_crash and chaos.host_partition have a host to lose and one to move to.
     "chaos": Profile(
         "chaos",
         kafka_port=29092,
@@ -137,6 +177,27 @@ PROFILES: dict[str, Profile] = {
         web_port=28000,
         postgres_port=25433,
         debug=True,
+        runners=("runner-a", "runner-b"),
+    ),
+    # Issue #29's local proof: no single control process, runner hosts with leases, executors on a Spark
+    # standalone cluster. Webs on 38000 and 38001, the master on 37077 with its UI on 38080, workers' UIs
+    # on 38081 and 38082.
+    "cluster": Profile(
+        "cluster",
+        kafka_port=39092,
+        controller_port=39093,
+        redis_port=36379,
+        web_port=38000,
+        postgres_port=35433,
+        debug=True,
+        webs=2,
+        beats=2,
+        runners=("runner-a", "runner-b", "runner-c"),
+        spark_port=37077,
+        spark_ui_port=38080,
+        spark_workers=2,
+        plain_worker=False,
+        postgres_only=True,
     ),
 }
 
@@ -172,4 +233,6 @@ def profile(name: str) -> Profile:
         redis_port=base.redis_port + offset,
         web_port=base.web_port + offset,
         postgres_port=base.postgres_port + offset,
+        spark_port=base.spark_port + offset if base.spark_port else 0,
+        spark_ui_port=base.spark_ui_port + offset if base.spark_ui_port else 0,
     )

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from devstack import jars, tls
+from devstack import jars, spark_cluster, tls
 from devstack.config import CONF_DIR, REPO_ROOT, Profile
 
 
@@ -259,14 +259,18 @@ def _log_says(profile: Profile, name: str, marker: str) -> Callable[[], bool]:
 
 
 def django_env(profile: Profile) -> dict[str, str]:
-    """The environment every Django process of ``profile`` gets (also printed by ``devstack env``)."""
-    return {
+    """The environment every Django process of ``profile`` gets (also printed by ``devstack env``).
+
+    A stack with runner hosts also gives every process the shared checkpoint root, the Spark standalone
+    master, a 2 s reconcile tick, and one set of keys (``cluster_keys``): its processes have different state
+    folders, so the debug keys each would otherwise make there would differ (and break the audit chain)."""
+    env = {
         "DJANGO_SETTINGS_MODULE": "streamforge_web.settings",
         "DJANGO_DEBUG": "true" if profile.debug else "false",
         "DATABASE_URL": profile.database_url,
         "REDIS_URL": profile.redis_url,
         "KAFKA_BOOTSTRAP_SERVERS": profile.kafka_bootstrap,
-        "SPARK_MASTER": os.environ.get("SPARK_MASTER", "local[*]"),
+        "SPARK_MASTER": profile.spark_master_url or os.environ.get("SPARK_MASTER", "local[*]"),
         "STREAMFORGE_SPARK_JARS": ",".join(str(p) for p in jars.spark_jars()),
         "STREAMFORGE_STATE_DIR": str(profile.state_dir),
         "STREAMFORGE_WEB_URL": profile.web_url,
@@ -274,6 +278,59 @@ def django_env(profile: Profile) -> dict[str, str]:
         "STREAMFORGE_KAFKA_CREDENTIAL_DIRS": str(profile.state_dir / "kafka-credentials"),
         **secure_kafka_env(profile),
     }
+    if profile.runners:
+        # Drivers inherit SPARK_*: they bind and advertise loopback, where the executors reach them.
+        env["SPARK_LOCAL_IP"] = "127.0.0.1"
+        env["STREAMFORGE_CHECKPOINT_ROOT"] = str(profile.checkpoint_root)
+        env["STREAMFORGE_RECONCILE_SECONDS"] = os.environ.get("STREAMFORGE_RECONCILE_SECONDS", "2")
+        env.update(cluster_keys(profile))
+    return env
+
+
+#: The keys every Django process of a multi-process stack shares: variable -> file in ``<state>/keys/``.
+CLUSTER_KEYS = {
+    "DJANGO_SECRET_KEY": "secret_key",
+    "STREAMFORGE_AUDIT_KEY": "audit_key",
+    "STREAMFORGE_REPLAY_KEY": "replay_key",
+}
+
+
+def cluster_keys(profile: Profile) -> dict[str, str]:
+    """The stack's shared keys, {variable: value} for every entry of CLUSTER_KEYS: made once in
+    ``<state>/keys/`` (folder 0700, files 0600) and read back afterwards. Each is 64 random URL-safe
+    characters, or, for a stack whose state folder already holds the debug key of that name (the settings
+    made it before the stack had runners, e.g. an existing chaos stack), that key: its audit chain and
+    signed sessions stay valid."""
+    import secrets as random_secrets
+
+    folder = profile.state_dir / "keys"
+    for path in (profile.state_dir, folder):
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.chmod(0o700)
+    keys = {}
+    for variable, name in CLUSTER_KEYS.items():
+        path = folder / name
+        if not path.exists():
+            earlier = profile.state_dir / name
+            value = earlier.read_text().strip() if earlier.is_file() else ""
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as out:
+                out.write(value or random_secrets.token_urlsafe(48))
+        path.chmod(0o600)
+        keys[variable] = path.read_text().strip()
+    return keys
+
+
+def celery_queue() -> str:
+    """The shared Celery queue (``STREAMFORGE_CELERY_QUEUE``, default ``celery``: settings'
+    ``CELERY_TASK_DEFAULT_QUEUE``)."""
+    return os.environ.get("STREAMFORGE_CELERY_QUEUE", "").strip() or "celery"
+
+
+def runner_queue(runner: str) -> str:
+    """A runner's own queue, ``<shared queue>.runner.<name>`` (``pipelines.supervision.processes.host_queue``,
+    computed here without Django)."""
+    return f"{celery_queue()}.runner.{runner}"
 
 
 def kafka_cluster_id() -> str:
@@ -663,7 +720,11 @@ def _manage(profile: Profile, *args: str) -> None:
         )
 
 
-def _web(profile: Profile) -> Service:
+def _web(profile: Profile, index: int = 0) -> Service:
+    """The web (daphne) on ``profile.web_ports[index]``; named ``web`` in a one-web stack, ``web-<index+1>``
+    otherwise. Every web migrates before it starts (a no-op once the first did)."""
+    port = profile.web_ports[index]
+
     def prepare() -> None:
         profile.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         profile.state_dir.chmod(0o700)  # the database, the debug secret key and driver logs live here
@@ -673,15 +734,15 @@ def _web(profile: Profile) -> Service:
     def command() -> list[str]:
         return [
             sys.executable, "-m", "daphne",
-            "-b", "127.0.0.1", "-p", str(profile.web_port),
+            "-b", "127.0.0.1", "-p", str(port),
             "streamforge_web.asgi:application",
         ]  # fmt: skip
 
     return Service(
-        "web",
-        (profile.web_port,),
+        "web" if profile.webs == 1 else f"web-{index + 1}",
+        (port,),
         command,
-        _http_ready(f"{profile.web_url}/healthz"),
+        _http_ready(f"http://127.0.0.1:{port}/healthz"),
         prepare,
         env=lambda: django_env(profile),
         ready_timeout=45,
@@ -706,8 +767,54 @@ def _worker(profile: Profile) -> Service:
     )
 
 
-def _beat(profile: Profile) -> Service:
-    schedule = profile.state_dir / "celerybeat-schedule"
+#: A runner's Celery pool: threads (the host agent and the launches share one process, §3.4 of
+#: docs/design/runner-hosts.md), four at a time.
+RUNNER_CONCURRENCY = 4
+
+
+def _runner(profile: Profile, runner: str) -> Service:
+    """Runner host ``runner``: a Celery worker named ``<runner>@<host>`` reading the shared queue and its own
+    (``runner_queue``), with ``STREAMFORGE_RUNNER_NAME=<runner>`` and its own state folder (its drivers' run
+    folders, logs and lease files); checkpoints go to the stack's shared root (``django_env``)."""
+    state_dir = profile.runner_state_dir(runner)
+
+    def prepare() -> None:
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        state_dir.chmod(0o700)
+
+    def command() -> list[str]:
+        return [
+            sys.executable, "-m", "celery", "-A", "streamforge_web", "worker",
+            "--loglevel", "INFO", "--pool", "threads", "--concurrency", str(RUNNER_CONCURRENCY),
+            "--queues", f"{celery_queue()},{runner_queue(runner)}", "--hostname", f"{runner}@%h",
+        ]  # fmt: skip
+
+    def env() -> dict[str, str]:
+        return {
+            **django_env(profile),
+            "STREAMFORGE_RUNNER_NAME": runner,
+            "STREAMFORGE_STATE_DIR": str(state_dir),
+        }
+
+    return Service(
+        runner,
+        (),
+        command,
+        _log_says(profile, runner, " ready."),
+        prepare,
+        env=env,
+        ready_timeout=60,
+        stop_timeout=30,
+    )
+
+
+def _beat(profile: Profile, index: int = 0) -> Service:
+    """A Celery beat; named ``beat`` in a one-beat stack, ``beat-<index+1>`` otherwise, each with its own
+    schedule file (beat keeps when it last sent each entry there)."""
+    name = "beat" if profile.beats == 1 else f"beat-{index + 1}"
+    schedule = profile.state_dir / (
+        "celerybeat-schedule" if profile.beats == 1 else f"celerybeat-schedule-{index + 1}"
+    )
 
     def command() -> list[str]:
         return [
@@ -716,12 +823,72 @@ def _beat(profile: Profile) -> Service:
         ]  # fmt: skip
 
     return Service(
-        "beat",
+        name,
         (),
         command,
-        _log_says(profile, "beat", "beat: Starting"),
+        _log_says(profile, name, "beat: Starting"),
         env=lambda: django_env(profile),
         ready_timeout=45,
+    )
+
+
+#: What each Spark standalone worker offers. Cores are executor slots, not CPUs: four per worker so six
+#: pipelines (one executor core each, ``spark.cores.max``) all get executors on this 2-core machine.
+SPARK_WORKER_CORES = 4
+SPARK_WORKER_MEMORY = "2g"
+
+
+def _spark_paths(profile: Profile) -> tuple[Path, Path]:
+    root = profile.state_dir / "spark"
+    return root / "spark-home", root / "work"
+
+
+def _spark_master(profile: Profile) -> Service:
+    """The standalone master (``devstack.spark_cluster``) on ``spark_port``, its UI on ``spark_ui_port``."""
+    home, work = _spark_paths(profile)
+
+    def prepare() -> None:
+        spark_cluster.spark_home(home.parent)
+        work.mkdir(parents=True, exist_ok=True)
+
+    return Service(
+        "spark-master",
+        (profile.spark_port, profile.spark_ui_port),
+        lambda: spark_cluster.master_command(home, profile.spark_port, profile.spark_ui_port),
+        # The UI is bound after the RPC port (Master.onStart); polling the RPC port itself fills the master's
+        # log with "disassociated" lines.
+        _http_ready(f"http://127.0.0.1:{profile.spark_ui_port}/json/"),
+        prepare,
+        env=lambda: spark_cluster.cluster_env(home, work),
+        ready_timeout=120,
+    )
+
+
+def _spark_worker(profile: Profile, index: int) -> Service:
+    """Standalone worker ``index`` (1-based), UI on ``spark_ui_port + index``, registered with the master."""
+    home, work = _spark_paths(profile)
+    ui_port = profile.spark_ui_port + index
+    master_url = profile.spark_master_url or ""
+
+    def prepare() -> None:
+        spark_cluster.spark_home(home.parent)
+        (work / f"worker-{index}").mkdir(parents=True, exist_ok=True)
+
+    return Service(
+        f"spark-worker-{index}",
+        (ui_port,),
+        lambda: spark_cluster.worker_command(
+            home,
+            master_url,
+            ui_port,
+            work / f"worker-{index}",
+            cores=SPARK_WORKER_CORES,
+            memory=SPARK_WORKER_MEMORY,
+        ),
+        _log_says(profile, f"spark-worker-{index}", "Successfully registered with master"),
+        prepare,
+        env=lambda: spark_cluster.cluster_env(home, work / f"worker-{index}"),
+        ready_timeout=120,
     )
 
 
@@ -750,11 +917,20 @@ def services(profile: Profile, *, every: bool = False) -> list[Service]:
         _kafka(profile),
         *([_kafka_secure(profile)] if profile.secured_kafka else []),
         _redis(profile),
-        _web(profile),
-        _worker(profile),
-        _beat(profile),
+        *([_spark_master(profile)] if profile.spark_port else []),
+        *(_spark_worker(profile, i) for i in range(1, profile.spark_workers + 1)),
+        *(_web(profile, i) for i in range(profile.webs)),
+        *([_worker(profile)] if profile.plain_worker else []),
+        *(_runner(profile, name) for name in profile.runners),
+        *(_beat(profile, i) for i in range(profile.beats)),
         _dlq_ingest(profile),
     ]
+
+
+def launches_drivers(profile: Profile, name: str) -> bool:
+    """Whether service ``name`` of ``profile`` launches pipeline drivers (or sends what launches them: a
+    beat's reconcile restarts a pipeline whose driver exits while it is wanted running)."""
+    return name in ("beat", "worker") or name.startswith("beat-") or name in profile.runners
 
 
 def pipeline_drivers(profile: Profile) -> list[psutil.Process]:
@@ -768,9 +944,19 @@ def pipeline_drivers(profile: Profile) -> list[psutil.Process]:
         if "pipelines.spark.driver" not in cmdline or "--checkpoint-dir" not in cmdline:
             continue
         at = cmdline.index("--checkpoint-dir") + 1
-        if at < len(cmdline) and str(Path(cmdline[at]).resolve()).startswith(state):
+        if at < len(cmdline) and str(Path(local_path(cmdline[at])).resolve()).startswith(state):
             found.append(proc)
     return found
+
+
+def local_path(location: str) -> str:
+    """``location`` without a ``file:`` scheme (``file:///x`` and ``file:/x`` -> ``/x``); other strings as
+    they are. A checkpoint root may be a Hadoop URI (``STREAMFORGE_CHECKPOINT_ROOT``)."""
+    if location.startswith("file://"):
+        return location[len("file://") :]
+    if location.startswith("file:"):
+        return location[len("file:") :]
+    return location
 
 
 def stop_pipeline_drivers(profile: Profile, *, grace: float = 60.0) -> list[str]:

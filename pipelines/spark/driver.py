@@ -66,7 +66,7 @@ from pyspark.sql.streaming.listener import (
 from pipelines.dsl.spark import SourceColumns, stage_destinations
 from pipelines.spark.fence import Fence
 from pipelines.spark.routing import route
-from pipelines.spark.session import build_session
+from pipelines.spark.session import build_session, cluster_conf
 from pipelines.spark.writer import (
     SUMMARY_SCHEMA,
     DestinationInfo,
@@ -124,6 +124,9 @@ class DriverOptions:
     lease_file: str | None = None
     #: Seconds before the lease's expiry at which the driver stops committing (``DRIVER_FENCE_MARGIN_SECONDS``).
     fence_margin_seconds: float = 3.0
+    #: On a standalone cluster: the address executors reach this driver at, and the cores it may take.
+    driver_host: str | None = None
+    cores_max: int | None = None
 
 
 class ConfigError(Exception):
@@ -575,6 +578,7 @@ class Driver:
             app_name=f"streamforge-{options.pipeline}-r{options.revision}",
             master=options.master,
             jars=options.jars,
+            conf=cluster_conf(options.driver_host, options.cores_max),
         )
         strategy = spec.delivery.commit_strategy
         if strategy.kind == "low_latency":
@@ -869,6 +873,10 @@ def main(argv: list[str] | None = None) -> int:
         default=3.0,
         help="stop committing this many seconds before the lease expires",
     )
+    parser.add_argument(
+        "--driver-host", default=None, help="spark.driver.host: where executors reach the driver"
+    )
+    parser.add_argument("--cores-max", type=int, default=None, help="spark.cores.max on a standalone cluster")
     args = parser.parse_args(argv)
     if args.lease_file is not None and args.epoch is None:
         parser.error("--lease-file needs --epoch (the lease names the epoch this run holds)")
@@ -886,6 +894,8 @@ def main(argv: list[str] | None = None) -> int:
         epoch=args.epoch,
         lease_file=args.lease_file,
         fence_margin_seconds=args.fence_margin,
+        driver_host=args.driver_host,
+        cores_max=args.cores_max,
     )
     driver: Driver | None = None
     try:

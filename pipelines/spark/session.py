@@ -39,6 +39,29 @@ DEFAULT_CONF: Mapping[str, str] = {
 }
 
 
+def cluster_conf(driver_host: str | None, cores_max: int | None) -> dict[str, str]:
+    """The Spark conf of a driver in client mode whose executors run on a standalone cluster's workers.
+
+    ``driver_host`` (the runner's RUNNER_ADVERTISE_HOST) becomes ``spark.driver.host``, the address
+    executors connect back to; ``cores_max`` (> 0) becomes ``spark.cores.max``, because standalone gives an
+    application every free core of the cluster unless ``spark.cores.max`` (or the master's
+    ``spark.deploy.defaultCores``) limits it; each executor is one core and 512 MB of heap
+    (``spark.executor.cores``, ``spark.executor.memory``). Empty when both are None (a local master).
+    Raises ValueError for a ``cores_max`` below 1. Source: https://spark.apache.org/docs/latest/configuration.html
+    and https://spark.apache.org/docs/latest/spark-standalone.html ("Resource Scheduling").
+    """
+    conf: dict[str, str] = {}
+    if driver_host:
+        conf["spark.driver.host"] = driver_host
+    if cores_max is not None:
+        if cores_max < 1:
+            raise ValueError(f"cores_max must be at least 1, not {cores_max}")
+        conf.update(
+            {"spark.cores.max": str(cores_max), "spark.executor.cores": "1", "spark.executor.memory": "512m"}
+        )
+    return conf
+
+
 def build_session(
     *,
     app_name: str,

@@ -1,5 +1,5 @@
-"""Scale-out: the same pipeline on a Spark standalone cluster (a master and one worker started from the
-installed pyspark's own classes), chosen only by ``SPARK_MASTER=spark://...``."""
+"""Scale-out: the same pipeline on a Spark standalone cluster (a master and one worker started with the
+installed pyspark's own ``spark-class``, ``devstack.spark_cluster``), chosen only by ``SPARK_MASTER=spark://...``."""
 
 from __future__ import annotations
 
@@ -7,13 +7,10 @@ import contextlib
 import json
 import os
 import signal
-import socket
-import subprocess
 import time
 import uuid
 from pathlib import Path
 
-import pyspark
 import pytest
 import redis
 from django.conf import settings as django_settings
@@ -21,6 +18,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from access.models import Role
+from devstack.config import PORT_OFFSET_VARIABLE
+from devstack.spark_cluster import standalone_cluster
 from pipelines import progress, supervision
 from pipelines.models import PipelineRun
 from streamforge_core import contract as c
@@ -35,68 +34,22 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
 ]
 
-MASTER_PORT, MASTER_UI, WORKER_UI = 17077, 18080, 18081
-
-
-def _wait_port(port: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.5)
-    raise AssertionError(f"nothing listens on {port} after {timeout}s")
+#: The cluster's ports, moved by the stack's port offset like every other test service's.
+_OFFSET = int(os.environ.get(PORT_OFFSET_VARIABLE, "").strip() or 0)
+MASTER_PORT, MASTER_UI, WORKER_UI = 17077 + _OFFSET, 18080 + _OFFSET, 18081 + _OFFSET
 
 
 @pytest.fixture
-def spark_cluster(tmp_path):
-    """A standalone master and a 1-core, 1 GB worker, each in its own process group, killed afterwards."""
-    installed = Path(pyspark.__file__).parent
-    jars = installed / "jars"
-    # The worker builds each executor's command line from SPARK_HOME: a pip-installed pyspark lacks the
-    # RELEASE marker of a distribution, so give it a home that has one, with the installed jars and scripts.
-    home = tmp_path / "spark-home"
-    home.mkdir()
-    (home / "RELEASE").write_text(f"Spark {pyspark.__version__} (pip-installed pyspark)\n")
-    for part in ("jars", "bin", "python", "conf"):
-        if (installed / part).exists():
-            (home / part).symlink_to(installed / part)
-    env = {
-        **os.environ,
-        "SPARK_HOME": str(home),
-        "SPARK_SCALA_VERSION": "2.13",
-        "SPARK_WORKER_DIR": str(tmp_path / "work"),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-    }
-    classpath = f"{jars}/*"
-    common = ["java", "-Xmx512m", "-cp", classpath]
-    processes = []
-    with (tmp_path / "master.log").open("ab") as log:
-        processes.append(
-            subprocess.Popen(
-                [*common, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                 "--port", str(MASTER_PORT), "--webui-port", str(MASTER_UI)],
-                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-        )  # fmt: skip
-    try:
-        _wait_port(MASTER_PORT, 60)
-        with (tmp_path / "worker.log").open("ab") as log:
-            processes.append(
-                subprocess.Popen(
-                    [*common, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{MASTER_PORT}",
-                     "--cores", "1", "--memory", "1g", "--webui-port", str(WORKER_UI),
-                     "--work-dir", str(tmp_path / "work")],
-                    env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                )
-            )  # fmt: skip
-        _wait_port(WORKER_UI, 60)
-        yield f"spark://127.0.0.1:{MASTER_PORT}"
-    finally:
-        for process in reversed(processes):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(30)
+def spark_cluster(tmp_path, monkeypatch):
+    """A standalone master and a 1-core, 1 GB worker (``devstack.spark_cluster``: pyspark's own
+    ``spark-class`` from a home with a RELEASE marker), each in its own process group, killed afterwards.
+    The driver (it inherits ``SPARK_*``) binds and advertises 127.0.0.1, so executors reach it on loopback
+    rather than at the address the host name resolves to."""
+    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+    with standalone_cluster(
+        tmp_path, MASTER_PORT, MASTER_UI, (WORKER_UI,), cores=1, memory="1g", timeout=120
+    ) as master:
+        yield master
 
 
 def test_a_pipeline_runs_on_a_standalone_cluster_by_setting_spark_master(
@@ -135,7 +88,8 @@ def test_a_pipeline_runs_on_a_standalone_cluster_by_setting_spark_master(
             partitions=2,
         )
         assert ops.post("/api/pipelines/clustered/start/").status_code == 202
-        deadline = time.monotonic() + 240
+        # Generous: on a busy 2-core machine the executor's JVM alone took 3 minutes to start.
+        deadline = time.monotonic() + 420
         while time.monotonic() < deadline:
             supervision.reconcile()
             progress.ingest()
