@@ -196,6 +196,10 @@ def _launch_claimed(run: PipelineRun) -> PipelineRun | None:
     ).exists():
         return None
     workdir = run_dir(name, run.run_id)
+    log_path = str(workdir / "driver.log")  # under this runner's state folder, whoever placed the run
+    if run.log_path != log_path:
+        PipelineRun.objects.filter(pk=run.pk).update(log_path=log_path)
+        run.log_path = log_path
     if run.epoch is not None:
         lease = lease_of(run)
         if lease is None:

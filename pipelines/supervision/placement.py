@@ -202,7 +202,8 @@ def _create_run(pipeline: Pipeline, previous: str, host_name: str, epoch: int | 
         state=PipelineState.STARTING,
         host=host_name,
         epoch=epoch,
-        log_path=str(run_dir(pipeline.name, run_id) / "driver.log"),
+        # The log lives on the owner, under its state folder: known here only when this process is it.
+        log_path=str(run_dir(pipeline.name, run_id) / "driver.log") if host_name == runner_name() else "",
     )
     audit.record(
         actor=None,
