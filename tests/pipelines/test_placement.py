@@ -254,3 +254,22 @@ def test_a_drain_stop_that_exits_cleanly_restarts_now_and_releases_the_lease(tea
     assert pipeline.lease_host is None
     assert pipeline.lease_epoch == 1
     assert not Pipeline.objects.filter(lease_host=host).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_pipeline_api_shows_the_host_and_epoch_of_the_current_run(team, on_postgres, settings):
+    from tests.pipelines.test_pipeline_api import client_for
+
+    settings.RUNNER_NAME = None
+    _host("runner-c", slots=1)
+    pipeline = _wanted(team, "shown")
+    viewer = member(team, Role.VIEWER, username="vic")
+    body = client_for(viewer).get("/api/pipelines/shown/").json()
+    assert (body["host"], body["epoch"]) == (None, None)
+    run = placement.place_and_claim(pipeline.pk)
+    assert run is not None
+    body = client_for(viewer).get("/api/pipelines/shown/").json()
+    assert (body["host"], body["epoch"]) == ("runner-c", 1)
+    assert (body["current_run"]["host"], body["current_run"]["epoch"]) == ("runner-c", 1)
+    listed = client_for(viewer).get("/api/pipelines/").json()["results"]
+    assert [(p["name"], p["host"], p["epoch"]) for p in listed] == [("shown", "runner-c", 1)]
