@@ -209,9 +209,11 @@ class PipelineSerializer(serializers.ModelSerializer[Pipeline]):
 
     def _last_run(self, pipeline: Pipeline) -> PipelineRun | None:
         """The pipeline's newest run, read once per serialised pipeline."""
-        cache = self.__dict__.setdefault("_last_runs", {})
+        cache = typing.cast("dict[int, PipelineRun | None]", self.__dict__.setdefault("_last_runs", {}))
         if pipeline.pk not in cache:
-            cache[pipeline.pk] = pipeline.runs.select_related("revision").order_by("-started_at", "-id").first()
+            cache[pipeline.pk] = (
+                pipeline.runs.select_related("revision").order_by("-started_at", "-id").first()
+            )
         return cache[pipeline.pk]
 
     def _placement(self, pipeline: Pipeline) -> tuple[str | None, int | None]:
@@ -219,7 +221,9 @@ class PipelineSerializer(serializers.ModelSerializer[Pipeline]):
         if run is not None and run.state in ACTIVE_STATES:
             return run.host, run.epoch
         if pipeline.lease_host_id is not None:
-            holder = RunnerHost.objects.filter(pk=pipeline.lease_host_id).values_list("name", flat=True).first()
+            holder = (
+                RunnerHost.objects.filter(pk=pipeline.lease_host_id).values_list("name", flat=True).first()
+            )
             return holder, pipeline.lease_epoch
         return (run.host, run.epoch) if run is not None else (None, None)
 

@@ -160,7 +160,12 @@ def _end_run(
         pipeline_state = verdict.pipeline_state
         if pipeline_state == PipelineState.RESTARTING and pipeline.desired_state != DesiredState.RUNNING:
             pipeline_state, restart_at = PipelineState.STOPPED, None
-        Pipeline.objects.filter(pk=pipeline.pk).update(
+        # A run whose epoch was superseded no longer speaks for the pipeline: a newer run under a newer
+        # lease does. (Runs from before leases, epoch None, always do.)
+        speaks_for = Pipeline.objects.filter(pk=pipeline.pk)
+        if run.epoch is not None:
+            speaks_for = speaks_for.exclude(lease_epoch__gt=run.epoch)
+        speaks_for.update(
             state=pipeline_state,
             state_reason=reason,
             consecutive_failures=verdict.consecutive_failures,

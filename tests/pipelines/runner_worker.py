@@ -37,14 +37,17 @@ def main() -> None:
 
     django.setup()
 
+    from confluent_kafka.admin import AdminClient
+
     import pipelines.topics
+    from pipelines.spec import PipelineSpec
     from pipelines.supervision import launcher
     from pipelines.topics import TopicPlan
     from streamforge_web.celery import app
 
     real_command = launcher.driver_command
 
-    def fake_command(run, spec_file, conn):  # type: ignore[no-untyped-def]
+    def fake_command(run, spec_file, conn):
         return [
             sys.executable,
             str(FAKE),
@@ -52,8 +55,13 @@ def main() -> None:
             *_without_lease_options(real_command(run, spec_file, conn)[3:]),
         ]
 
-    launcher.driver_command = fake_command  # type: ignore[assignment]
-    pipelines.topics.ensure_topics = lambda admin, spec: TopicPlan([], [], [])  # type: ignore[assignment]
+    def no_topic_changes(
+        admin: AdminClient, spec: PipelineSpec, *, partitions: int = 1, replication_factor: int = 1
+    ) -> TopicPlan:
+        return TopicPlan([], [], [])
+
+    launcher.driver_command = fake_command
+    pipelines.topics.ensure_topics = no_topic_changes
     name = os.environ["STREAMFORGE_RUNNER_NAME"]
     app.worker_main(
         ["worker", "--pool", "threads", "--concurrency", "2", "--queues", queue, "--hostname", f"{name}@%h",

@@ -273,3 +273,83 @@ def test_the_pipeline_api_shows_the_host_and_epoch_of_the_current_run(team, on_p
     assert (body["current_run"]["host"], body["current_run"]["epoch"]) == ("runner-c", 1)
     listed = client_for(viewer).get("/api/pipelines/").json()["results"]
     assert [(p["name"], p["host"], p["epoch"]) for p in listed] == [("shown", "runner-c", 1)]
+
+
+# ------------------------------------------------------------------------------------------ the launch
+
+
+def test_checkpoints_live_under_the_checkpoint_root_as_a_path_or_any_hadoop_uri(settings):
+    from pathlib import Path
+
+    from pipelines.supervision.launcher import checkpoint_dir, local_checkpoint_path
+
+    settings.CHECKPOINT_ROOT = "hdfs://nn:8020/streamforge/checkpoints/"
+    assert checkpoint_dir("orders") == "hdfs://nn:8020/streamforge/checkpoints/orders"
+    assert local_checkpoint_path(checkpoint_dir("orders")) is None
+    settings.CHECKPOINT_ROOT = "file:///shared/checkpoints"
+    assert local_checkpoint_path(checkpoint_dir("orders")) == Path("/shared/checkpoints/orders")
+    settings.CHECKPOINT_ROOT = "/var/lib/streamforge/checkpoints"
+    assert local_checkpoint_path(checkpoint_dir("orders")) == Path("/var/lib/streamforge/checkpoints/orders")
+    assert local_checkpoint_path("s3a://bucket/cp/orders") is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_owner_writes_the_lease_file_before_the_driver_exists_and_passes_its_epoch(
+    team, on_postgres, settings, tmp_path, monkeypatch
+):
+    from pathlib import Path
+
+    from pipelines.spark.fence import read_lease
+    from pipelines.supervision import launcher, processes
+    from streamforge_core.kafka import KafkaConnection
+
+    settings.RUNNER_NAME = "runner-a"
+    settings.STATE_DIR = tmp_path
+    settings.CHECKPOINT_ROOT = str(tmp_path / "checkpoints")
+    _host("runner-a", slots=2)
+    pipeline = _wanted(team, "owned")
+    seen = {}
+
+    def launch(run, workdir, conn):  # stands in for the Popen: what exists when the process would start
+        seen["lease"] = read_lease(processes.lease_path(run.pipeline.name, run.run_id))
+        seen["command"] = launcher.driver_command(
+            run, Path(workdir) / "spec.json", KafkaConnection("127.0.0.1:1")
+        )
+
+    monkeypatch.setattr(launcher, "_launch", launch)
+    run = supervision.start_pipeline(pipeline_id=pipeline.pk)
+    assert run is not None
+    assert run.host == "runner-a"
+    lease = seen["lease"]
+    assert lease is not None
+    pipeline.refresh_from_db()
+    assert (lease.run_id, lease.epoch, lease.host, lease.state) == (str(run.run_id), 1, "runner-a", "held")
+    assert lease.expires_at_ms == int(pipeline.lease_expires_at.timestamp() * 1000)
+    command = seen["command"]
+    assert command[command.index("--epoch") + 1] == "1"
+    assert command[command.index("--lease-file") + 1] == str(processes.lease_path("owned", run.run_id))
+    assert command[command.index("--checkpoint-dir") + 1] == f"{tmp_path}/checkpoints/owned"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_launch_is_refused_off_its_owner_and_once_its_epoch_was_superseded(
+    team, on_postgres, settings, tmp_path, monkeypatch
+):
+    from pipelines.supervision import launcher
+
+    settings.RUNNER_NAME = None
+    settings.STATE_DIR = tmp_path
+    _host("runner-a", slots=2)
+    launched = []
+    monkeypatch.setattr(launcher, "_launch", lambda run, workdir, conn: launched.append(run.run_id))
+    pipeline = _wanted(team, "guarded")
+    run = placement.place_and_claim(pipeline.pk)
+    assert run is not None
+    settings.RUNNER_NAME = "runner-b"
+    assert launcher.launch_claimed_run(run.run_id) is None, "not runner-b's run"
+    settings.RUNNER_NAME = "runner-a"
+    Pipeline.objects.filter(pk=pipeline.pk).update(lease_epoch=5)  # taken over meanwhile
+    assert launcher.launch_claimed_run(run.run_id) is None
+    assert launched == []
+    run.refresh_from_db()
+    assert (run.state, run.error_type) == (PipelineState.RESTARTING, "Fenced")
