@@ -353,3 +353,45 @@ def test_a_launch_is_refused_off_its_owner_and_once_its_epoch_was_superseded(
     assert launched == []
     run.refresh_from_db()
     assert (run.state, run.error_type) == (PipelineState.RESTARTING, "Fenced")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_beats_reconciling_at_once_end_an_expired_run_once_and_place_it_once(
+    team, on_postgres, settings, monkeypatch
+):
+    settings.RUNNER_NAME = None
+    settings.LEASE_GRACE_SECONDS = 5
+    monkeypatch.setattr(
+        "pipelines.supervision.launcher.current_app.signature",
+        lambda name, args: type("Sig", (), {"apply_async": lambda self, queue: None})(),
+    )
+    _host("runner-a", slots=4)
+    _host("runner-b", slots=4)
+    pipeline = _wanted(team, "twice")
+    first = placement.place_and_claim(pipeline.pk)
+    assert first is not None
+    PipelineRun.objects.filter(pk=first.pk).update(state=PipelineState.RUNNING)
+    Pipeline.objects.filter(pk=pipeline.pk).update(state=PipelineState.RUNNING)
+    _expire(pipeline, 6)
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def beat():
+        try:
+            barrier.wait()
+            supervision.reconcile()
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=beat) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert AuditEvent.objects.filter(action="pipeline.run.end", target_id="twice").count() == 1
+    runs = PipelineRun.objects.filter(pipeline=pipeline)
+    assert runs.count() == 2
+    assert Pipeline.objects.get(pk=pipeline.pk).lease_epoch == 2
