@@ -147,7 +147,8 @@ def pending_reason(loads: list[HostLoad], labels: object) -> str:
     )
     if not loads:
         return f"no runner host with a free slot{wanted}: none is registered"
-    return f"no runner host with a free slot{wanted}: " + "; ".join(load.why_not for load in loads)
+    passed = (load.why_not or f"{load.host.name} filled up meanwhile" for load in loads)
+    return f"no runner host with a free slot{wanted}: " + "; ".join(passed)
 
 
 def _make_pending(pipeline: Pipeline, reason: str, now: datetime) -> None:
