@@ -43,6 +43,20 @@ def restart_pipeline_task(pipeline_id: int) -> str | None:
     return str(run.run_id) if run else None
 
 
+@shared_task(name="pipelines.launch_run", **_RETRY)
+def launch_run_task(run_id: str) -> bool:
+    """On the owner runner (sent to its queue, ``host_queue``): launch a claimed run's driver. False when
+    refused (not this runner's run, no longer STARTING, already launched, or its epoch superseded)."""
+    return supervision.launch_claimed_run(run_id) is not None
+
+
+@shared_task(name="pipelines.signal_stop", **_RETRY)
+def signal_stop_task(run_id: str) -> bool:
+    """On the owner runner (sent to its queue): SIGTERM a STOPPING run's driver; False when nothing was
+    signalled (not this runner's run, gone, or already signalled)."""
+    return supervision.signal_stop(run_id)
+
+
 @shared_task(name="pipelines.reconcile", ignore_result=True)
 def reconcile_task() -> dict[str, list[str]]:
     """One supervision tick (beat, every ``RECONCILE_SECONDS``)."""

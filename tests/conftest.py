@@ -199,6 +199,7 @@ def supervised_drivers(settings, tmp_path: Path) -> Iterator[None]:
     from streamforge_web.celery import app as celery_app
 
     settings.STATE_DIR = tmp_path
+    settings.CHECKPOINT_ROOT = str(tmp_path / "checkpoints")
     settings.SPARK_MASTER = "local[2]"
     settings.PROGRESS_CONSUMER_GROUP = f"test-{uuid.uuid4().hex[:8]}"
     client = redis.Redis.from_url(settings.REDIS_URL)

@@ -13,7 +13,14 @@ from rest_framework import serializers
 from access.models import Team
 from pipelines.dsl import ErrorHandling
 from pipelines.lifecycle import revision_numbers
-from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster, Pipeline, PipelineRun
+from pipelines.models import (
+    ACTIVE_STATES,
+    DEFAULT_CLUSTER_NAME,
+    KafkaCluster,
+    Pipeline,
+    PipelineRun,
+    RunnerHost,
+)
 from pipelines.progress import (
     BatchFigures,
     ConsumerGroupLag,
@@ -125,7 +132,7 @@ class RunSerializer(serializers.ModelSerializer[PipelineRun]):
     class Meta:
         model = PipelineRun
         fields = [
-            "run_id", "attempt", "state", "revision", "host", "pid", "spark_app_id", "started_at", "ended_at",
+            "run_id", "attempt", "state", "revision", "host", "epoch", "pid", "spark_app_id", "started_at", "ended_at",
             "stop_requested_at", "exit_code", "error_type", "error_message", "last_heartbeat_at",
             "last_progress_at", "last_batch_id", "log_tail",
         ]  # fmt: skip
@@ -178,12 +185,19 @@ class PipelineSerializer(serializers.ModelSerializer[Pipeline]):
     )
     spec = StoredSpecField(source="current_revision.spec", read_only=True, allow_null=True)
     current_run = serializers.SerializerMethodField()
+    host = serializers.SerializerMethodField(
+        help_text="the runner host of the active run (else the lease's holder, else the last run's); null: none"
+    )
+    epoch = serializers.SerializerMethodField(
+        help_text="the lease epoch that run (or lease) is under; null: none, or a run from before leases"
+    )
 
     class Meta:
         model = Pipeline
         fields = [
             "name", "description", "team", "cluster", "desired_state", "state", "state_reason", "consecutive_failures",
-            "next_restart_at", "revision", "running_revision", "spec", "current_run", "created_at", "updated_at",
+            "next_restart_at", "revision", "running_revision", "spec", "current_run", "host", "epoch", "created_at",
+            "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -193,10 +207,36 @@ class PipelineSerializer(serializers.ModelSerializer[Pipeline]):
     def get_running_revision(self, pipeline: Pipeline) -> int | None:
         return revision_numbers(pipeline)[1]
 
+    def _last_run(self, pipeline: Pipeline) -> PipelineRun | None:
+        """The pipeline's newest run, read once per serialised pipeline."""
+        cache = typing.cast("dict[int, PipelineRun | None]", self.__dict__.setdefault("_last_runs", {}))
+        if pipeline.pk not in cache:
+            cache[pipeline.pk] = (
+                pipeline.runs.select_related("revision").order_by("-started_at", "-id").first()
+            )
+        return cache[pipeline.pk]
+
+    def _placement(self, pipeline: Pipeline) -> tuple[str | None, int | None]:
+        run = self._last_run(pipeline)
+        if run is not None and run.state in ACTIVE_STATES:
+            return run.host, run.epoch
+        if pipeline.lease_host_id is not None:
+            holder = (
+                RunnerHost.objects.filter(pk=pipeline.lease_host_id).values_list("name", flat=True).first()
+            )
+            return holder, pipeline.lease_epoch
+        return (run.host, run.epoch) if run is not None else (None, None)
+
     @extend_schema_field(RunSerializer(allow_null=True))
     def get_current_run(self, pipeline: Pipeline) -> dict[str, Any] | None:
-        run = pipeline.runs.select_related("revision").order_by("-started_at", "-id").first()
+        run = self._last_run(pipeline)
         return dict(RunSerializer(run).data) if run is not None else None
+
+    def get_host(self, pipeline: Pipeline) -> str | None:
+        return self._placement(pipeline)[0]
+
+    def get_epoch(self, pipeline: Pipeline) -> int | None:
+        return self._placement(pipeline)[1]
 
 
 class PipelineCreateSerializer(serializers.Serializer[dict[str, Any]]):

@@ -22,8 +22,11 @@ after ``backoff_seconds`` (exponential, capped); ``CRASH_LOOP_FAILURES`` failure
 Liveness is judged from the pid only on the host that launched the driver; elsewhere the heartbeat (which
 carries host and pid) is the evidence.
 
-The package, by concept: ``requests`` (what people ask), ``launcher`` (launching and stopping a driver
-process), ``processes`` (the driver's OS process and log), ``exits`` (the state machine of an ended run),
+Runner hosts (issue #29): a run belongs to one runner host under a lease (``placement``); start, stop and
+restart reach the owner through its own Celery queue, from any process.
+
+The package, by concept: ``requests`` (what people ask), ``placement`` (which host, and the claim that takes
+the lease), ``launcher`` (launching and stopping a driver process), ``processes`` (the driver's OS process and log), ``exits`` (the state machine of an ended run),
 ``reconciler`` (the tick), ``status`` (telling the browser). Its public names are importable from here.
 """
 
@@ -32,10 +35,15 @@ from pipelines.supervision.launcher import (
     _claim_start,
     checkpoint_dir,
     driver_command,
+    launch_claimed_run,
+    mark_stopping,
     restart_pipeline,
+    route_stop,
+    signal_stop,
     start_pipeline,
     stop_pipeline,
 )
+from pipelines.supervision.placement import place_and_claim
 from pipelines.supervision.processes import LOG_TAIL_BYTES, LOG_TAIL_LINES, _children, read_log_tail
 from pipelines.supervision.reconciler import HEARTBEAT_EPOCH_KEY, ReconcileReport, reconcile
 from pipelines.supervision.requests import NotStartable, request_restart, request_start, request_stop
@@ -53,12 +61,17 @@ __all__ = [
     "checkpoint_dir",
     "driver_command",
     "judge_exit",
+    "launch_claimed_run",
+    "mark_stopping",
+    "place_and_claim",
     "read_log_tail",
     "reconcile",
     "request_restart",
     "request_start",
     "request_stop",
     "restart_pipeline",
+    "route_stop",
+    "signal_stop",
     "start_pipeline",
     "stop_pipeline",
 ]

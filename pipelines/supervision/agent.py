@@ -60,7 +60,6 @@ from pipelines.supervision.processes import (
     host_queue,
     lease_path,
     mark_signalled,
-    was_signalled,
 )
 from streamforge_core import contract as c
 
@@ -252,9 +251,9 @@ def _tend(
     except OSError as exc:  # the driver fences itself at the old expiry: never worse than no renewal
         log.warning("could not write the lease file of %s: %s", run.run_id, exc)
     report.renewed.append(run.pipeline.name)
-    if run.state == PipelineState.STOPPING and run.pid is not None and not was_signalled(run.run_id):
+    # mark_signalled is a test-and-set shared with the routed ``signal_stop``: one SIGTERM per run.
+    if run.state == PipelineState.STOPPING and run.pid is not None and mark_signalled(run.run_id):
         _signal_process(run.pid, signal.SIGTERM)
-        mark_signalled(run.run_id)
         report.signalled.append(run.pipeline.name)
 
 

@@ -1,8 +1,12 @@
-"""Launching and stopping a pipeline's driver, on a worker: ``start_pipeline`` claims the pipeline (a
-conditional UPDATE to STARTING, so two workers or two beats racing to start one pipeline launch one
-driver), ensures its topics and launches ``python -m pipelines.spark.driver`` as a child in its own process
-session (so a worker restart does not take the driver with it and a kill can reach the whole group: driver,
-JVM, Python workers); ``stop_pipeline`` asks it to stop gracefully.
+"""Launching and stopping a pipeline's driver. ``start_pipeline`` (any process) places the pipeline and
+claims it (``placement.place_and_claim``: a conditional UPDATE to STARTING that takes the lease, so two
+workers or two beats racing to start one pipeline launch one driver), then has the owner launch it: in this
+process when the chosen host is this process's runner, else through the ``pipelines.launch_run`` task on the
+owner's queue. ``launch_claimed_run`` (only on the owner) writes the lease file, ensures the topics and
+launches ``python -m pipelines.spark.driver`` as a child in its own process session (so a worker restart
+does not take the driver with it and a kill can reach the whole group: driver, JVM, Python workers).
+``stop_pipeline`` (any process) claims the run's stop in the database and has the owner signal the driver
+(``signal_stop``), wherever it runs.
 """
 
 from __future__ import annotations
@@ -13,26 +17,33 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
+from urllib.parse import urlparse
 
 import psutil
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from access import audit
 from pipelines.clusters import connection_for
-from pipelines.models import ACTIVE_STATES, DesiredState, Pipeline, PipelineRun, PipelineState
+from pipelines.models import ACTIVE_STATES, DesiredState, Pipeline, PipelineRun, PipelineState, RunnerHost
+from pipelines.spark.fence import Lease, write_lease
 from pipelines.supervision.exits import _end_run
+from pipelines.supervision.placement import STARTABLE_STATES, place_and_claim, startable_q
 from pipelines.supervision.processes import (
     _alive,
     _children,
     _kill_group,
     _signal_process,
+    host_queue,
+    lease_path,
+    mark_signalled,
     run_dir,
     runner_name,
 )
@@ -48,14 +59,33 @@ def _state_dir() -> Path:
     return Path(settings.STATE_DIR)
 
 
-def checkpoint_dir(pipeline_name: str) -> Path:
-    """Where a pipeline's Spark checkpoint lives: kept across runs and revisions, so a restart resumes."""
-    return _state_dir() / "checkpoints" / pipeline_name
+def checkpoint_dir(pipeline_name: str) -> str:
+    """Where a pipeline's Spark checkpoint lives: ``<CHECKPOINT_ROOT>/<name>``, kept across runs, revisions
+    and hosts, so a restart (or a takeover on another runner) resumes. The root is a local path or any
+    Hadoop URI every runner reaches (``file:///...``, ``hdfs://nn/...``, ``s3a://bucket/...``); Spark takes
+    either form as ``checkpointLocation``."""
+    return f"{str(settings.CHECKPOINT_ROOT).rstrip('/')}/{pipeline_name}"
+
+
+def local_checkpoint_path(location: str) -> Path | None:
+    """The local folder a checkpoint location names (a plain path or a ``file:`` URI), or None for a remote
+    file system (``hdfs://``, ``s3a://`` ...), where Spark creates the folders itself."""
+    parsed = urlparse(location)
+    if parsed.scheme == "file":
+        return Path(parsed.path)
+    if parsed.scheme == "" or len(parsed.scheme) == 1:  # no scheme (or a Windows drive letter)
+        return Path(location)
+    return None
 
 
 def driver_command(run: PipelineRun, spec_file: Path, conn: KafkaConnection) -> list[str]:
     """The driver's command line for ``run`` on ``conn``'s cluster (master and jars from settings). Only the
-    bootstrap servers of the connection appear: its credentials go in the environment (``_launch``)."""
+    bootstrap servers of the connection appear: its credentials go in the environment (``_launch``). A run
+    claimed under a lease also gets ``--epoch N --lease-file PATH`` (its fence re-reads that file before
+    each commit: ``pipelines.spark.fence``)."""
+    lease: list[str] = []
+    if run.epoch is not None:
+        lease = ["--epoch", str(run.epoch), "--lease-file", str(lease_path(run.pipeline.name, run.run_id))]
     return [
         sys.executable, "-m", "pipelines.spark.driver",
         "--spec-file", str(spec_file),
@@ -67,18 +97,21 @@ def driver_command(run: PipelineRun, spec_file: Path, conn: KafkaConnection) -> 
         "--checkpoint-dir", str(checkpoint_dir(run.pipeline.name)),
         "--master", settings.SPARK_MASTER,
         "--jars", ",".join(settings.SPARK_JARS),
+        *lease,
     ]  # fmt: skip
 
 
 def _claim_start(pipeline: Pipeline, now: datetime) -> PipelineState | None:
-    """Move the pipeline to STARTING if it is startable now; the state it came from, or None if another
-    worker claimed it first or it is not startable (the conditional UPDATE is the lock)."""
-    startable = Q(state=PipelineState.STOPPED) | Q(
-        Q(next_restart_at__isnull=True) | Q(next_restart_at__lte=now), state=PipelineState.RESTARTING
-    )
+    """Move the pipeline to STARTING if it is startable now, without taking a lease; the state it came from,
+    or None if another process claimed it first or it is not startable (the conditional UPDATE is the lock).
+    ``placement.place_and_claim`` is the full claim, the lease included."""
     previous = pipeline.state
+    if previous not in STARTABLE_STATES:
+        return None
     claimed = (
-        Pipeline.objects.filter(startable, pk=pipeline.pk, state=previous, desired_state=DesiredState.RUNNING)
+        Pipeline.objects.filter(
+            startable_q(now), pk=pipeline.pk, state=previous, desired_state=DesiredState.RUNNING
+        )
         .exclude(current_revision=None)
         .update(state=PipelineState.STARTING, state_reason="", next_restart_at=None)
     )
@@ -86,58 +119,111 @@ def _claim_start(pipeline: Pipeline, now: datetime) -> PipelineState | None:
 
 
 def start_pipeline(*, pipeline_id: int, now: datetime | None = None) -> PipelineRun | None:
-    """Launch a driver for the pipeline's current revision, if it should run and nobody else is starting it.
+    """Place the pipeline, claim it, and have its new owner launch the driver of its current revision.
 
-    Returns the new run (state STARTING, pid set), or None when the pipeline is not meant to run, already has
-    a driver, is waiting out a restart backoff, or another worker won the claim. Topics are ensured first;
-    a failure to ensure them or to launch the process ends the run as a failure (restarted with backoff).
+    Returns the new run (state STARTING), or None when the pipeline is not meant to run, already has a
+    driver, is waiting out a restart backoff, another process won the claim, or it fits on no runner host
+    (then it is PENDING: ``placement.place_and_claim``). When the chosen host is this process's runner (or
+    no runner host is registered at all: one machine) the driver is launched here before returning (pid
+    set); otherwise ``pipelines.launch_run`` goes to the owner's queue (``host_queue``) once committed.
     ``now`` (default: the clock) decides whether a restart backoff has passed.
     """
-    pipeline = Pipeline.objects.select_related("current_revision", "team", "cluster").get(pk=pipeline_id)
-    # The claim and the run row commit together: nobody ever sees a STARTING pipeline without its run.
-    with transaction.atomic():
-        previous = _claim_start(pipeline, now or timezone.now())
-        if previous is None:
+    run = place_and_claim(pipeline_id, now)
+    if run is None:
+        return None
+    if run.host == runner_name():
+        launch_claimed_run(run)
+        return run
+    task = current_app.signature("pipelines.launch_run", args=(str(run.run_id),))
+    queue = host_queue(run.host)
+    # robust: a broker hiccup must not undo a committed claim; the owner's agent launches its STARTING runs
+    # without a pid on its own, and an unlaunched claim's lease expires and is placed again.
+    transaction.on_commit(lambda: task.apply_async(queue=queue), robust=True)
+    return run
+
+
+#: Runs this process is launching right now, so a redelivered ``launch_run`` and the agent's fallback never
+#: launch one run twice at once (guarded by ``_launching_lock``).
+_launching: set[uuid.UUID] = set()
+_launching_lock = threading.Lock()
+
+
+def lease_of(run: PipelineRun) -> Lease | None:
+    """The run's lease as the database holds it now, as its driver's lease file says it; None when the run
+    has no epoch, its epoch is no longer the pipeline's, or the lease was released."""
+    pipeline = Pipeline.objects.get(pk=run.pipeline_id)
+    if run.epoch is None or pipeline.lease_epoch != run.epoch or pipeline.lease_expires_at is None:
+        return None
+    return Lease(
+        pipeline=pipeline.name,
+        run_id=str(run.run_id),
+        epoch=run.epoch,
+        host=run.host,
+        expires_at_ms=int(pipeline.lease_expires_at.timestamp() * 1000),
+    )
+
+
+def launch_claimed_run(run: PipelineRun | uuid.UUID | str) -> PipelineRun | None:
+    """Launch the driver of a claimed run on its owner: write its lease file (before the process exists, so
+    its first fence check has a lease to read), ensure its topics and start the process.
+
+    Refuses (None, nothing launched) unless the run is this process's (``run.host == runner_name()``), still
+    open and STARTING with no pid (so a redelivered task is a no-op) and, when claimed under a lease, its
+    epoch is still the pipeline's (a takeover since wins: the run then ends ``Fenced``). A failure to reach
+    the cluster, ensure the topics or start the process ends the run as a failure (restarted with backoff).
+    Returns the run (pid set unless that failed). Raises ``PipelineRun.DoesNotExist`` for an unknown id.
+    """
+    if not isinstance(run, PipelineRun):
+        run = PipelineRun.objects.select_related("pipeline", "pipeline__cluster", "revision").get(run_id=run)
+    with _launching_lock:
+        if run.run_id in _launching:
             return None
-        revision = pipeline.current_revision
-        assert revision is not None  # the claim excludes pipelines without one
-        last = pipeline.runs.order_by("-started_at", "-id").first()
-        attempt = last.attempt + 1 if previous == PipelineState.RESTARTING and last is not None else 1
-        run_id = uuid.uuid4()
-        workdir = run_dir(pipeline.name, run_id)
-        run = PipelineRun.objects.create(
-            pipeline=pipeline,
-            revision=revision,
-            run_id=run_id,
-            attempt=attempt,
-            state=PipelineState.STARTING,
-            host=runner_name(),
-            log_path=str(workdir / "driver.log"),
-        )
-        audit.record(
-            actor=None,
-            action="pipeline.run.start",
-            target_type="pipeline",
-            target_id=pipeline.name,
-            details={
-                "run_id": str(run_id),
-                "attempt": attempt,
-                "revision": revision.number,
-                "host": run.host,
-            },
-        )
-    pipeline.state = PipelineState.STARTING
-    announce_status(pipeline, run)
+        _launching.add(run.run_id)
     try:
-        conn = connection_for(pipeline.cluster)
+        return _launch_claimed(run)
+    finally:
+        with _launching_lock:
+            _launching.discard(run.run_id)
+
+
+def _launch_claimed(run: PipelineRun) -> PipelineRun | None:
+    name = run.pipeline.name
+    if run.host != runner_name():
+        log.warning("run %s of %s is %s's, not %s's: not launched", run.run_id, name, run.host, runner_name())
+        return None
+    if not PipelineRun.objects.filter(
+        pk=run.pk, state=PipelineState.STARTING, ended_at=None, pid=None
+    ).exists():
+        return None
+    workdir = run_dir(name, run.run_id)
+    log_path = str(workdir / "driver.log")  # under this runner's state folder, whoever placed the run
+    if run.log_path != log_path:
+        PipelineRun.objects.filter(pk=run.pk).update(log_path=log_path)
+        run.log_path = log_path
+    if run.epoch is not None:
+        lease = lease_of(run)
+        if lease is None:
+            log.warning("run %s of %s lost its lease (epoch %s) before launch", run.run_id, name, run.epoch)
+            _end_run(
+                run,
+                exit_code=None,
+                error_type="Fenced",
+                message=f"its lease (epoch {run.epoch}) was taken over or released before the launch",
+            )
+            return None
+        workdir.mkdir(parents=True, exist_ok=True)
+        write_lease(lease_path(name, run.run_id), lease)
+    try:
+        conn = connection_for(run.pipeline.cluster)
     except ValueError as exc:  # an unreadable password or a broken cluster row: restarting cannot help
-        log.warning("pipeline %s cannot connect to its cluster: %s", pipeline.name, exc)
+        log.warning("pipeline %s cannot connect to its cluster: %s", name, exc)
         _end_run(run, exit_code=c.EXIT_CONFIG, error_type="Config", message=f"Kafka cluster: {exc}")
         return run
     try:
         _launch(run, workdir, conn)
     except Exception as exc:
-        log.exception("could not launch the driver of %s", pipeline.name)
+        log.exception("could not launch the driver of %s", name)
+        run.refresh_from_db(fields=["state"])  # a stop may have moved it on meanwhile
         _end_run(run, exit_code=c.EXIT_CRASHED, error_type="Launch", message=f"could not launch: {exc}")
         return run
     return run
@@ -198,7 +284,9 @@ def _launch(run: PipelineRun, workdir: Path, conn: KafkaConnection) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     spec_file = workdir / "spec.json"
     spec_file.write_text(json.dumps(run.revision.spec))
-    checkpoint_dir(run.pipeline.name).parent.mkdir(parents=True, exist_ok=True)
+    local_checkpoint = local_checkpoint_path(checkpoint_dir(run.pipeline.name))
+    if local_checkpoint is not None:
+        local_checkpoint.parent.mkdir(parents=True, exist_ok=True)
     # The connection's security settings and password go in the driver's environment (readable by its user
     # only), never in its command line, where `ps` shows them to everyone; nothing else secret goes there.
     env = driver_environment(os.environ, conn)
@@ -218,9 +306,10 @@ def _launch(run: PipelineRun, workdir: Path, conn: KafkaConnection) -> None:
     except psutil.Error:
         created = None
     # Only onto a run that is still open: one ended meanwhile (a stop, or a judge) must not get a driver.
-    stored = PipelineRun.objects.filter(pk=run.pk, ended_at=None).update(
-        pid=process.pid, process_started_at=created
-    )
+    # ... and only once: a second launch of the same run (a redelivered task) stops its own process.
+    stored = PipelineRun.objects.filter(
+        pk=run.pk, ended_at=None, pid=None, state=PipelineState.STARTING
+    ).update(pid=process.pid, process_started_at=created)
     if not stored:
         log.warning(
             "run %s of %s ended while its driver was launched: stopping it", run.run_id, run.pipeline.name
@@ -230,13 +319,14 @@ def _launch(run: PipelineRun, workdir: Path, conn: KafkaConnection) -> None:
     run.pid, run.process_started_at = process.pid, created
 
 
-def stop_pipeline(*, pipeline_id: int) -> PipelineRun | None:
-    """Ask the pipeline's active driver to stop gracefully: SIGTERM to the driver process only (it lets the
-    running micro-batch finish and stops its own query and JVM; signalling the group would kill the JVM
-    under it). ``reconcile`` records the end, or kills the group after ``DRIVER_STOP_TIMEOUT_SECONDS``.
+def mark_stopping(*, pipeline_id: int, cause: str = "operator") -> PipelineRun | None:
+    """Claim the stop of the pipeline's active run in the database, from any process: the run (and the
+    pipeline) move to STOPPING with ``stop_cause`` = ``cause`` (``"operator"``, ``"restart"``, ``"drain"``)
+    by a conditional UPDATE, audited ``pipeline.run.stop``. Nothing is signalled here: ``route_stop`` has
+    the owner do that.
 
-    Returns the run now STOPPING, or None when no driver was starting or running. A driver on another host
-    is only marked STOPPING here (see the module docstring).
+    Returns the STOPPING run (also one already STOPPING), or None when no driver was starting or running (a
+    RESTARTING pipeline no longer wanted becomes STOPPED) or another process changed the run first.
     """
     run = (
         PipelineRun.objects.filter(pipeline_id=pipeline_id, state__in=ACTIVE_STATES)
@@ -248,33 +338,95 @@ def stop_pipeline(*, pipeline_id: int) -> PipelineRun | None:
             pk=pipeline_id, desired_state=DesiredState.STOPPED, state=PipelineState.RESTARTING
         ).update(state=PipelineState.STOPPED, next_restart_at=None)
         return None
-    if run.state != PipelineState.STOPPING:
-        now = timezone.now()
-        claimed = PipelineRun.objects.filter(
-            pk=run.pk, state__in=(PipelineState.STARTING, PipelineState.RUNNING)
-        ).update(state=PipelineState.STOPPING, stop_requested_at=now)
-        if claimed != 1:
-            return None
-        Pipeline.objects.filter(pk=pipeline_id, state__in=ACTIVE_STATES).update(state=PipelineState.STOPPING)
-        run.state, run.stop_requested_at = PipelineState.STOPPING, now
-        audit.record(
-            actor=None,
-            action="pipeline.run.stop",
-            target_type="pipeline",
-            target_id=run.pipeline.name,
-            details={"run_id": str(run.run_id), "pid": run.pid},
+    if run.state == PipelineState.STOPPING:
+        return run
+    now = timezone.now()
+    claimed = PipelineRun.objects.filter(
+        pk=run.pk, state__in=(PipelineState.STARTING, PipelineState.RUNNING)
+    ).update(state=PipelineState.STOPPING, stop_requested_at=now, stop_cause=cause)
+    if claimed != 1:
+        return None
+    Pipeline.objects.filter(pk=pipeline_id, state__in=ACTIVE_STATES).update(state=PipelineState.STOPPING)
+    run.state, run.stop_requested_at, run.stop_cause = PipelineState.STOPPING, now, cause
+    audit.record(
+        actor=None,
+        action="pipeline.run.stop",
+        target_type="pipeline",
+        target_id=run.pipeline.name,
+        details={"run_id": str(run.run_id), "pid": run.pid, "host": run.host, "cause": cause},
+    )
+    run.pipeline.state = PipelineState.STOPPING
+    announce_status(run.pipeline, run)
+    return run
+
+
+def route_stop(run: PipelineRun) -> bool:
+    """Have the owner of a STOPPING run signal its driver, once the caller's transaction commits: this
+    process when it is the run's runner, else ``pipelines.signal_stop`` on the owner's queue
+    (``host_queue(run.host)``: Celery routing, a worker started with ``-Q <shared>,<own>`` reads it). False
+    when the run is on a machine that is no registered runner host (a one-machine install's worker elsewhere):
+    the caller falls back to a stop task on the shared queue. (If the message is lost, the owner's agent
+    signals its STOPPING runs on its next tick; a lost owner's lease expires and the run ends stopped.)"""
+    run_id = str(run.run_id)
+    if run.host == runner_name():
+        transaction.on_commit(lambda: signal_stop(run_id), robust=True)
+        return True
+    if not RunnerHost.objects.filter(name=run.host).exists():
+        return False
+    task = current_app.signature("pipelines.signal_stop", args=(run_id,))
+    queue = host_queue(run.host)
+    transaction.on_commit(lambda: task.apply_async(queue=queue), robust=True)
+    return True
+
+
+def signal_stop(run_id: uuid.UUID | str) -> bool:
+    """On the run's owner: send its driver the graceful SIGTERM (to the driver process only: it lets the
+    running micro-batch finish and stops its own query and JVM; signalling the group would kill the JVM
+    under it). Once per run and process (``processes.mark_signalled``, shared with the agent's tick).
+
+    True when signalled (or, for a run stopped before its driver was launched, ended here). Nothing happens
+    (False) when the run is unknown, not STOPPING, not this process's (``run.host != runner_name()``),
+    already signalled or its process is gone (the agent's tick or ``reconcile`` records the end).
+    ``reconcile`` kills the group after ``DRIVER_STOP_TIMEOUT_SECONDS``."""
+    run = PipelineRun.objects.select_related("pipeline").filter(run_id=run_id).first()
+    if run is None or run.state != PipelineState.STOPPING or run.host != runner_name():
+        return False
+    if run.pid is None:
+        with _launching_lock:
+            launching = run.run_id in _launching
+        if launching:  # its launch stores the pid only on a STARTING run, and stops the process otherwise
+            return False
+        ended = _end_run(
+            run, exit_code=None, error_type="Stopped", message="stopped before its driver started"
         )
-        run.pipeline.state = PipelineState.STOPPING
-        announce_status(run.pipeline, run)
-    if run.pid is not None and run.host == runner_name() and _alive(run) is not False:
-        _signal_process(run.pid, signal.SIGTERM)
+        return ended is not None
+    if _alive(run) is False or not mark_signalled(run.run_id):
+        return False
+    _signal_process(run.pid, signal.SIGTERM)
+    log.info("asked run %s of %s (pid %s) to stop", run.run_id, run.pipeline.name, run.pid)
+    return True
+
+
+def stop_pipeline(*, pipeline_id: int, cause: str = "operator") -> PipelineRun | None:
+    """Ask the pipeline's active driver to stop gracefully, wherever it runs: claim the stop in the database
+    (``mark_stopping``) and have its owner signal it (``route_stop``). ``reconcile`` records the end, or
+    kills the group after ``DRIVER_STOP_TIMEOUT_SECONDS``.
+
+    Returns the run now STOPPING, or None when no driver was starting or running. A driver on a machine that
+    is no registered runner host and not this one is only marked STOPPING here.
+    """
+    run = mark_stopping(pipeline_id=pipeline_id, cause=cause)
+    if run is not None and run.host == runner_name():
+        signal_stop(run.run_id)  # the owner itself: now, not after an outer transaction
+    elif run is not None:
+        route_stop(run)
     return run
 
 
 def restart_pipeline(*, pipeline_id: int) -> PipelineRun | None:
     """Stop the active driver gracefully; once it has exited, ``reconcile`` (desired state RUNNING) starts
     the current revision again. With no active driver, start now. Returns the affected run."""
-    stopping = stop_pipeline(pipeline_id=pipeline_id)
+    stopping = stop_pipeline(pipeline_id=pipeline_id, cause="restart")
     if stopping is not None:
         return stopping
     return start_pipeline(pipeline_id=pipeline_id)

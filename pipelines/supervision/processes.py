@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 from pathlib import Path
 
 import psutil
@@ -22,9 +23,10 @@ from pipelines.models import PipelineRun, PipelineState
 #: a zombie that still "has" a pid) and its exit code is known even without an exit report.
 _children: dict[int, subprocess.Popen[bytes]] = {}
 
-#: Runs (by run id, as text) whose driver this process has already sent its graceful SIGTERM: the routed stop
-#: and the host agent's pull fallback share it, so a driver is asked once (``mark_signalled``/``was_signalled``).
+#: Runs whose driver this process has sent its graceful SIGTERM (run ids as strings): the pushed
+#: ``signal_stop`` task and the host agent's pulled fallback share it, so a driver is asked once.
 _signalled: set[str] = set()
+_signalled_lock = threading.Lock()
 
 LOG_TAIL_LINES = 60
 LOG_TAIL_BYTES = 64 * 1024
@@ -55,14 +57,27 @@ def lease_path(pipeline_name: str, run_id: object) -> Path:
     return run_dir(pipeline_name, run_id) / "lease.json"
 
 
-def mark_signalled(run_id: object) -> None:
-    """Record that this process sent run ``run_id``'s driver its graceful stop signal."""
-    _signalled.add(str(run_id))
+def mark_signalled(run_id: object) -> bool:
+    """Record that this process sends run ``run_id`` its stop signal; True for the first caller only (a
+    test-and-set, safe across threads), so the caller that gets True is the one that signals."""
+    key = str(run_id)
+    with _signalled_lock:
+        if key in _signalled:
+            return False
+        _signalled.add(key)
+        return True
 
 
 def was_signalled(run_id: object) -> bool:
-    """Whether this process already sent run ``run_id``'s driver its graceful stop signal."""
-    return str(run_id) in _signalled
+    """Whether this process has already sent run ``run_id`` its stop signal (``mark_signalled``)."""
+    with _signalled_lock:
+        return str(run_id) in _signalled
+
+
+def forget_signalled(run_id: object) -> None:
+    """Drop an ended run from the signalled set (it never needs a signal again)."""
+    with _signalled_lock:
+        _signalled.discard(str(run_id))
 
 
 def _signal_process(pid: int, signum: signal.Signals) -> None:

@@ -1,7 +1,12 @@
-"""The reconcile tick that keeps actual state following desired state: it records heartbeats, ends runs
-whose driver died (its pid is gone, or it exited), went silent (no heartbeat for
-``DRIVER_HEARTBEAT_STALE_SECONDS``; none within ``DRIVER_START_TIMEOUT_SECONDS`` of its launch) or overstayed
-a stop, stops drivers no longer wanted and starts the pipelines that should run.
+"""The reconcile tick that keeps actual state following desired state: it marks runner hosts lost, ends
+the runs whose lease expired (their host is gone: ``HostLost``), records heartbeats, ends runs whose driver
+died (its pid is gone, or it exited), went silent (no heartbeat for ``DRIVER_HEARTBEAT_STALE_SECONDS``; none
+within ``DRIVER_START_TIMEOUT_SECONDS`` of its launch) or overstayed a stop, stops drivers no longer wanted
+and places the pipelines that should run (design note ``docs/design/runner-hosts.md`` §3.5).
+
+Any beat may run it, several at once: every step is a conditional UPDATE, so nothing is done twice. A run
+on another host that holds a lease is judged by its lease alone (the owner renews it while its driver
+lives), never by its heartbeat's silence or its pid.
 """
 
 from __future__ import annotations
@@ -15,13 +20,16 @@ from typing import Any, cast
 
 import redis
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import F
+from django.db.models.functions import Now
 from django.utils import timezone
 
-from pipelines.models import ACTIVE_STATES, DesiredState, Pipeline, PipelineRun, PipelineState
+from access import audit
+from pipelines.models import ACTIVE_STATES, DesiredState, Pipeline, PipelineRun, PipelineState, RunnerHost
 from pipelines.supervision.drain import drain_step
 from pipelines.supervision.exits import _end_run
 from pipelines.supervision.launcher import start_pipeline, stop_pipeline
+from pipelines.supervision.placement import db_now_minus, startable_q
 from pipelines.supervision.processes import (
     _alive,
     _children,
@@ -63,6 +71,7 @@ class ReconcileReport:
     ended: list[str] = field(default_factory=list)
     stopping: list[str] = field(default_factory=list)
     running: list[str] = field(default_factory=list)
+    lost_hosts: list[str] = field(default_factory=list)
 
 
 def _redis() -> redis.Redis | None:
@@ -141,6 +150,11 @@ def _check_run(
     beat = _read_heartbeat(run, client) if alive is not False else None
     if beat is not None:
         _note_heartbeat(run, beat)
+    if alive is None and run.epoch is not None and run.host != runner_name():
+        # Another host's run under a lease: its owner judges the process; here only the lease counts
+        # (``_end_expired_leases``), not a heartbeat's silence nor a stop that takes long.
+        (report.stopping if run.state == PipelineState.STOPPING else report.running).append(name)
+        return
     if alive is False:
         exit_report = _exit_report(run, client)
         code = _exit_code_of_child(run.pid)
@@ -196,11 +210,55 @@ def _check_run(
     report.running.append(name)
 
 
+def _mark_lost_hosts(report: ReconcileReport) -> None:
+    """Mark runner hosts silent for ``HOST_LOST_SECONDS`` (the database's clock) lost: ``lost_at`` set by a
+    conditional UPDATE, so each loss is audited ``host.lost`` once whichever beat sees it first."""
+    silent = RunnerHost.objects.filter(
+        lost_at=None, last_heartbeat_at__lt=db_now_minus(settings.HOST_LOST_SECONDS)
+    ).values_list("pk", "name", "last_heartbeat_at")
+    for pk, name, last_heartbeat_at in list(silent):
+        if RunnerHost.objects.filter(pk=pk, lost_at=None).update(lost_at=Now()) != 1:
+            continue
+        audit.record(
+            actor=None,
+            action="host.lost",
+            target_type="runner_host",
+            target_id=name,
+            reason=f"no heartbeat for {settings.HOST_LOST_SECONDS}s",
+            details={"last_heartbeat_at": last_heartbeat_at.isoformat()},
+        )
+        log.warning("runner host %s is lost (last heartbeat %s)", name, last_heartbeat_at)
+        report.lost_hosts.append(name)
+
+
+def _end_expired_leases(report: ReconcileReport) -> None:
+    """End the open runs whose lease (still theirs: ``run.epoch == pipeline.lease_epoch``) expired more than
+    ``LEASE_GRACE_SECONDS`` ago on the database's clock: nobody renews it, so the host is gone or cut off,
+    and its driver has fenced itself (it stops committing ``DRIVER_FENCE_MARGIN_SECONDS`` before expiry).
+    The end is ``HostLost``: blameless, restarted at once elsewhere; the lease is released with it."""
+    expired = PipelineRun.objects.filter(
+        state__in=ACTIVE_STATES,
+        epoch__isnull=False,
+        pipeline__lease_epoch=F("epoch"),
+        pipeline__lease_expires_at__lt=db_now_minus(settings.LEASE_GRACE_SECONDS),
+    ).select_related("pipeline", "pipeline__lease_host")
+    for run in list(expired):
+        expired_at = run.pipeline.lease_expires_at
+        message = (
+            f"the lease of {run.host} (epoch {run.epoch}) expired at {expired_at and expired_at.isoformat()}"
+        )
+        if _end_run(run, exit_code=None, error_type="HostLost", message=message):
+            report.ended.append(run.pipeline.name)
+
+
 def reconcile(*, now: datetime | None = None) -> ReconcileReport:
-    """One supervision tick (the beat runs it every ``RECONCILE_SECONDS``): record heartbeats, end runs
-    whose driver died, went silent or overstayed a stop, stop drivers no longer wanted, and start the
-    pipelines that should run and have no driver (once their restart backoff has passed)."""
+    """One supervision tick (the beat runs it every ``RECONCILE_SECONDS``): mark silent runner hosts lost,
+    end runs whose lease expired, record heartbeats, end runs whose driver died, went silent or overstayed a
+    stop, stop drivers no longer wanted, and place the pipelines that should run and have no driver (once
+    their restart backoff has passed; PENDING ones again each tick)."""
     report = ReconcileReport()
+    _mark_lost_hosts(report)
+    _end_expired_leases(report)
     for pid, child in list(_children.items()):
         if (
             child.poll() is not None
@@ -233,10 +291,7 @@ def reconcile(*, now: datetime | None = None) -> ReconcileReport:
     report.stopping.extend(drain_step(now))
     due = (
         Pipeline.objects.filter(desired_state=DesiredState.RUNNING)
-        .filter(
-            Q(state=PipelineState.STOPPED)
-            | Q(Q(next_restart_at__isnull=True) | Q(next_restart_at__lte=now), state=PipelineState.RESTARTING)
-        )
+        .filter(startable_q(now))
         .exclude(runs__state__in=ACTIVE_STATES)
         .exclude(current_revision=None)
     )

@@ -14,6 +14,7 @@ from access import audit
 from access.models import Role
 from access.permissions import require_role
 from pipelines.models import DesiredState, Pipeline, PipelineState
+from pipelines.supervision.launcher import mark_stopping, route_stop
 from pipelines.supervision.status import announce_status
 
 
@@ -31,9 +32,22 @@ def _after_commit_enqueue(task_name: str, pipeline_id: int) -> None:
     transaction.on_commit(task.delay, robust=True)
 
 
+def _stop_active_run(pipeline: Pipeline, cause: str, fallback_task: str) -> bool:
+    """Claim the stop of the pipeline's active run here (any process) and have its owner signal it after
+    commit (``launcher.route_stop``: the owner's queue); a run on an unregistered machine goes through
+    ``fallback_task`` on the shared queue, as on a one-machine install. False when no run was active."""
+    run = mark_stopping(pipeline_id=pipeline.pk, cause=cause)
+    if run is None:
+        return False
+    if not route_stop(run):
+        _after_commit_enqueue(fallback_task, pipeline.pk)
+    return True
+
+
 def _request_running(*, actor: User, pipeline: Pipeline, action: str, reason: str, task: str) -> Pipeline:
     """Shared by start and restart: lock the pipeline, want it running with a fresh failure series (a
-    FAILED or HALTED pipeline goes back to STOPPED), audit ``action``, enqueue ``task`` after commit."""
+    FAILED or HALTED pipeline goes back to STOPPED), audit ``action``, then for a restart with a driver
+    active claim its stop and route it to the owner, else enqueue ``task`` after commit."""
     require_role(actor, pipeline.team, Role.OPERATOR)
     locked = Pipeline.objects.select_for_update().get(pk=pipeline.pk)
     if locked.current_revision_id is None:
@@ -57,8 +71,10 @@ def _request_running(*, actor: User, pipeline: Pipeline, action: str, reason: st
         after={"desired_state": locked.desired_state, "state": locked.state},
         details={"revision": locked.current_revision_id},
     )
-    _after_commit_enqueue(task, locked.pk)
     announce_status(locked)
+    if task == "pipelines.restart" and _stop_active_run(locked, "restart", task):
+        return locked
+    _after_commit_enqueue(task, locked.pk)
     return locked
 
 
@@ -77,9 +93,10 @@ def request_start(*, actor: User, pipeline: Pipeline, reason: str = "") -> Pipel
 
 @transaction.atomic
 def request_stop(*, actor: User, pipeline: Pipeline, reason: str = "") -> Pipeline:
-    """Ask for the pipeline to stop: the running micro-batch finishes, then the driver exits (a worker
-    signals it after commit; the reconcile tick forces it after ``DRIVER_STOP_TIMEOUT_SECONDS``).
-    Needs the operator role. A pending automatic restart is cancelled."""
+    """Ask for the pipeline to stop: the running micro-batch finishes, then the driver exits. The run's stop
+    is claimed here (STOPPING, ``stop_cause="operator"``) and its owner runner signals the driver after
+    commit, reached through its own queue wherever it runs; the reconcile tick forces it after
+    ``DRIVER_STOP_TIMEOUT_SECONDS``. Needs the operator role. A pending automatic restart is cancelled."""
     require_role(actor, pipeline.team, Role.OPERATOR)
     locked = Pipeline.objects.select_for_update().get(pk=pipeline.pk)
     before = {"desired_state": locked.desired_state, "state": locked.state}
@@ -97,8 +114,9 @@ def request_stop(*, actor: User, pipeline: Pipeline, reason: str = "") -> Pipeli
         before=before,
         after={"desired_state": locked.desired_state, "state": locked.state},
     )
-    _after_commit_enqueue("pipelines.stop", locked.pk)
     announce_status(locked)
+    if not _stop_active_run(locked, "operator", "pipelines.stop"):
+        _after_commit_enqueue("pipelines.stop", locked.pk)
     return locked
 
 

@@ -99,6 +99,7 @@ def world(settings, tmp_path, monkeypatch):
     every secured topic deleted."""
     suffix = uuid.uuid4().hex[:8]
     settings.STATE_DIR = tmp_path / "state"
+    settings.CHECKPOINT_ROOT = str(tmp_path / "state" / "checkpoints")
     settings.SPARK_MASTER = "local[2]"
     settings.PROGRESS_CONSUMER_GROUP = f"test-{suffix}"
     settings.KAFKA_CREDENTIAL_DIRS = [str(tmp_path / "credentials")]

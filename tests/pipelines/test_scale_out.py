@@ -56,6 +56,7 @@ def test_a_pipeline_runs_on_a_standalone_cluster_by_setting_spark_master(
     spark_cluster, settings, tmp_path, make_topic, kafka_admin, kafka_bootstrap
 ):
     settings.STATE_DIR = tmp_path
+    settings.CHECKPOINT_ROOT = str(tmp_path / "checkpoints")
     settings.SPARK_MASTER = spark_cluster
     settings.PROGRESS_CONSUMER_GROUP = f"test-{uuid.uuid4().hex[:8]}"
     client = redis.Redis.from_url(django_settings.REDIS_URL)

@@ -77,6 +77,7 @@ def test_a_requested_stop_ends_stopped_whatever_the_exit_code():
 def supervised(settings, tmp_path, monkeypatch, team):
     """A pipeline whose driver is the stand-in (``behaviour["name"]``); every child is killed afterwards."""
     settings.STATE_DIR = tmp_path
+    settings.CHECKPOINT_ROOT = str(tmp_path / "checkpoints")
     settings.RESTART_BACKOFF_SECONDS = 0
     settings.CRASH_LOOP_FAILURES = 3
     behaviour = {"name": "crash"}
