@@ -33,6 +33,7 @@ TOOLING = {"demo", "chaos", "bench", "devstack", "tests"}
 DRIVER_ROOTS = (
     "pipelines.spark.driver",
     "pipelines.spark.fence",
+    "pipelines.spark.daemon",
     "pipelines.spark.writer",
     "pipelines.dsl.spark",
     "pipelines.spec",
