@@ -33,7 +33,6 @@ TOOLING = {"demo", "chaos", "bench", "devstack", "tests"}
 DRIVER_ROOTS = (
     "pipelines.spark.driver",
     "pipelines.spark.fence",
-    "pipelines.spark.daemon",
     "pipelines.spark.writer",
     "pipelines.dsl.spark",
     "pipelines.spec",

@@ -30,12 +30,17 @@ DEFAULT_CONF: Mapping[str, str] = {
     # the UI's listener (default 1000): the driver publishes each batch's progress itself.
     "spark.sql.streaming.numRecentProgressUpdates": "10",
     "spark.sql.ui.retainedExecutions": "10",
-    # One Python worker kept between micro-batches (reuse is Spark's default; the idle pool is capped at one,
-    # Spark 4.2's spark.python.factory.idleWorkerMaxPoolSize) forked from a daemon that has already imported
-    # what every batch needs (pipelines.spark.daemon): the worker shares those pages with the daemon.
+    # One Python worker kept between micro-batches: reuse is Spark's default, the idle pool is capped at one
+    # (Spark 4.2's spark.python.factory.idleWorkerMaxPoolSize). A daemon that pre-imports the writer before
+    # forking was measured and dropped: with one worker per driver it costs ~20 MB PSS more than PySpark's
+    # small daemon (the worker dirties most of the shared pages anyway; bench/FINDINGS.md "Density").
     "spark.python.worker.reuse": "true",
     "spark.python.factory.idleWorkerMaxPoolSize": "1",
-    "spark.python.daemon.module": "pipelines.spark.daemon",
+    # Spark keeps one daemon (and its idle workers) per distinct worker environment, and the warm-up job and
+    # the micro-batch jobs disagree on SPARK_SIMPLIFIED_TRACEBACK (measured: two daemons and two idle workers
+    # per driver, ~45 MB PSS more). Off, both run without it: one daemon. Python errors keep their full
+    # traceback (classify() looks for our markers anywhere in the text).
+    "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
     # Batches for the Python writer are cut by record count (spark.sql.execution.arrow.maxRecordsPerBatch)
     # only. With a byte limit, Spark 4.0 asks the Arrow writer for its size after every row, and for list
     # columns (the headers) that walks the whole batch each time: ~15% of the JVM's time in the pipeline
@@ -65,7 +70,8 @@ _LOG_OPTIONS = "-Dlog4j2.level=WARN"
 #:   under 1.5 x its 300 MB reserve, 450 MiB, "System memory ... must be at least"); PySpark passes it to
 #:   ``spark-submit`` before the JVM starts (``pyspark/java_gateway.py``), so it is the real ``-Xmx``;
 #: - SerialGC with a small initial heap that grows and shrinks with use (``-Xms64m``, free ratios 10-30%)
-#:   instead of G1's remembered sets and a 1/64-of-RAM initial heap;
+#:   instead of G1's remembered sets and a 1/64-of-RAM initial heap, and a young generation of at most 24 MB
+#:   (every page of it is touched between two minor collections: it is resident whatever the live data);
 #: - C1 only (``-XX:TieredStopAtLevel=1``) and a 64 MB code cache: far less compiler memory and threads, at
 #:   a cost in peak records/s the findings measure; metaspace capped at 192 MB, 512 KB thread stacks.
 #: Options from HotSpot's ``java -XX:+PrintFlagsFinal``; Spark: https://spark.apache.org/docs/latest/configuration.html
@@ -76,7 +82,7 @@ SIZINGS: Mapping[str, Mapping[str, str]] = {
         "spark.driver.extraJavaOptions": " ".join(
             (
                 _LOG_OPTIONS,
-                "-XX:+UseSerialGC -Xms64m -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30",
+                "-XX:+UseSerialGC -Xms64m -XX:MaxNewSize=24m -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30",
                 "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=64m",
                 "-XX:MaxMetaspaceSize=192m -Xss512k",
             )

@@ -7,6 +7,7 @@ JVM, Python workers); ``stop_pipeline`` asks it to stop gracefully.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -219,6 +220,11 @@ def _launch(run: PipelineRun, workdir: Path, conn: KafkaConnection) -> None:
             start_new_session=True,  # its own session: outlives worker restarts, killable as one group
         )
     _children[process.pid] = process
+    if settings.DRIVER_NICENESS:
+        # Now, while the driver imports (it starts its JVM only after): the JVM and the Python workers inherit
+        # it. os.setpriority on the group instead of a preexec_fn, which is unsafe in a threaded worker.
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PGRP, process.pid, settings.DRIVER_NICENESS)
     try:
         created = psutil.Process(process.pid).create_time()
     except psutil.Error:

@@ -4,8 +4,11 @@ and the launcher lets exactly those through to the driver, with at most 2 malloc
 
 from __future__ import annotations
 
+import psutil
 import pytest
 
+from pipelines import supervision
+from pipelines.models import PipelineRun
 from pipelines.spark.session import (
     CONF_ENV,
     CORES_ENV,
@@ -18,12 +21,14 @@ from pipelines.spark.session import (
 )
 from pipelines.supervision.launcher import driver_environment
 from streamforge_core.kafka import KafkaConnection
+from tests.pipelines.test_supervision import _tick_until, supervised  # noqa: F401  (supervised: a fixture)
 
 
-def test_spark_ui_is_off_and_one_python_worker_is_kept_from_the_preloading_daemon():
+def test_spark_ui_is_off_and_one_idle_python_worker_is_kept():
     assert DEFAULT_CONF["spark.ui.enabled"] == "false"
     assert DEFAULT_CONF["spark.python.factory.idleWorkerMaxPoolSize"] == "1"
-    assert DEFAULT_CONF["spark.python.daemon.module"] == "pipelines.spark.daemon"
+    # one worker environment for the warm-up and the micro-batches: one daemon
+    assert DEFAULT_CONF["spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"] == "false"
 
 
 @pytest.mark.parametrize(
@@ -54,7 +59,9 @@ def test_sizing_standard_by_default_compact_on_request():
     options = compact["spark.driver.extraJavaOptions"].split()
     assert "-Dlog4j2.level=WARN" in options  # every sizing keeps Spark's logging at WARN
     assert {"-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k"} <= set(options)
-    assert not any(o.startswith("-Xmx") for o in options)  # Spark refuses -Xmx there: spark.driver.memory is it
+    assert not any(
+        o.startswith("-Xmx") for o in options
+    )  # Spark refuses -Xmx there: spark.driver.memory is it
     with pytest.raises(ValueError, match=f"{SIZING_ENV} must be one of compact, standard, not 'huge'"):
         sizing_conf({SIZING_ENV: "huge"})
 
@@ -62,7 +69,11 @@ def test_sizing_standard_by_default_compact_on_request():
 def test_conf_from_the_environment_is_a_json_object_of_strings():
     assert override_conf({}) == {}
     assert override_conf({CONF_ENV: '{"spark.ui.enabled": "true"}'}) == {"spark.ui.enabled": "true"}
-    for bad, why in (("spark.ui.enabled=true", "not JSON"), ('["a"]', "object of strings"), ('{"a": 1}', "object")):
+    for bad, why in (
+        ("spark.ui.enabled=true", "not JSON"),
+        ('["a"]', "object of strings"),
+        ('{"a": 1}', "object"),
+    ):
         with pytest.raises(ValueError, match=why):
             override_conf({CONF_ENV: bad})
 
@@ -84,3 +95,18 @@ def test_the_launcher_passes_the_hosts_sizing_and_caps_malloc_arenas(settings, t
     )
     assert (sized[SIZING_ENV], sized[CORES_ENV], sized["MALLOC_ARENA_MAX"]) == ("compact", "1", "4")
     assert sized[CONF_ENV] == '{"spark.ui.enabled": "true"}'
+
+
+@pytest.mark.redis
+@pytest.mark.django_db
+@pytest.mark.parametrize("niceness", [0, 7])
+def test_a_launched_driver_and_what_it_starts_run_at_the_hosts_niceness(supervised, settings, niceness):  # noqa: F811
+    """STREAMFORGE_DRIVER_NICENESS reaches the driver the launcher starts (the stand-in driver, through the
+    real launch path): the console and supervision keep the CPU when drivers saturate the host."""
+    settings.DRIVER_NICENESS = niceness
+    pipeline, operator, behaviour = supervised
+    behaviour["name"] = "silent"
+    supervision.request_start(actor=operator, pipeline=pipeline)
+    _tick_until(lambda: PipelineRun.objects.filter(pipeline=pipeline).exclude(pid=None).exists())
+    run = PipelineRun.objects.get(pipeline=pipeline)
+    assert psutil.Process(run.pid).nice() == niceness
