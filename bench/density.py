@@ -12,8 +12,9 @@ together on this machine. Figures:
 - start-to-RUNNING per pipeline: the API's ``POST /api/pipelines/{name}/start/`` answered -> the pipeline
   shows ``running`` in ``GET /api/pipelines/`` (supervision promotes it once its query runs), p50/p95;
 - how many were RUNNING together;
-- the console's p95 while they run: concurrent operators (default 20; quick 5) reading ``GET /api/pipelines/``
-  (token), ``/pipelines/overview.json`` and the overview page ``/`` (session), for 60 s (quick 20 s).
+- the console's p95 while they run: concurrent operators (default 20; quick 5), each reading
+  ``GET /api/pipelines/`` (token), ``/pipelines/overview.json`` and the overview page ``/`` (session) in turn
+  with a second to look at each answer, for 60 s (quick 20 s).
 
 Targets: at most 600 MB PSS per pipeline (mean), at least 20 RUNNING together, console p95 at most 300 ms.
 
@@ -342,9 +343,10 @@ class Console:
         return out
 
 
-def console_load(console: Console, *, clients: int, seconds: float) -> dict[str, Any]:
-    """``clients`` threads, each reading ``GET /api/pipelines/``, ``/pipelines/overview.json`` and ``/`` in
-    turn for ``seconds``: latency per path and overall (ms: p50/p95/max/count) and the errors seen."""
+def console_load(console: Console, *, clients: int, seconds: float, think_s: float = 1.0) -> dict[str, Any]:
+    """``clients`` operators (threads), each reading ``GET /api/pipelines/``, ``/pipelines/overview.json`` and
+    ``/`` in turn for ``seconds``, waiting ``think_s`` after each answer (an operator looking at it; 0: a
+    closed loop, a stress test): latency per path and overall (ms: p50/p95/max/count) and the errors seen."""
     timings: dict[str, list[float]] = {}
     lock = threading.Lock()
     stop = time.monotonic() + seconds
@@ -362,6 +364,7 @@ def console_load(console: Console, *, clients: int, seconds: float) -> dict[str,
             with contextlib.suppress(urllib.error.URLError, OSError):
                 calls[i % len(calls)]()
             i += 1
+            time.sleep(think_s)
         with lock:
             for path, values in (mine.timings or {}).items():
                 timings.setdefault(path.split("?")[0], []).extend(values)
@@ -376,6 +379,7 @@ def console_load(console: Console, *, clients: int, seconds: float) -> dict[str,
     return {
         "clients": clients,
         "seconds": seconds,
+        "think_s": think_s,
         "overall_ms": summary_ms(every),
         "by_path_ms": {path: summary_ms(values) for path, values in timings.items()},
         "errors": dict(errors),
@@ -547,7 +551,9 @@ def measure(ctx: Context, n: int) -> Measurement:
         cpu1 = {name: cpu_seconds(pid) for name, pid in pids.items() if psutil.pid_exists(pid)}
         cpu = cpu_percent(cpu0, cpu1, time.monotonic() - t0)
         memory = [memory_by_role(pid) for pid in drivers_by_pipeline(names).values()]
-        running_now = sum(1 for state in operator.states().values() if state == "running")
+        running_now = sum(
+            1 for name, state in operator.states().items() if name in names and state == "running"
+        )
         mem_during = psutil.virtual_memory()
         console = console_load(operator, clients=clients, seconds=steady_s)
         running_after = sum(

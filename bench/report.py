@@ -254,8 +254,9 @@ def _density_lines(figures: dict[str, Any] | None) -> list[str]:
         f"- Start-to-RUNNING (`POST start` answered -> `running` in `GET /api/pipelines/`): p50 "
         f"{_fmt((start.get('p50') or 0) / 1000, ' s')}, p95 {_fmt((start.get('p95') or 0) / 1000, ' s')}, "
         f"max {_fmt((start.get('max') or 0) / 1000, ' s')}.",
-        f"- Console, {console.get('clients')} operators for {console.get('seconds')} s (`GET /api/pipelines/`, "
-        f"`/pipelines/overview.json`, `/`): p50 {overall.get('p50')} ms, p95 {overall.get('p95')} ms over "
+        f"- Console, {console.get('clients')} operators for {console.get('seconds')} s, each reading "
+        f"`GET /api/pipelines/`, `/pipelines/overview.json`, `/` in turn, {console.get('think_s', 0)} s between "
+        f"an answer and the next request: p50 {overall.get('p50')} ms, p95 {overall.get('p95')} ms over "
         f"{overall.get('count')} requests; errors {console.get('errors') or 'none'}.",
         f"- Machine memory in use: {used.get('before')} MB before the drivers, {used.get('during')} MB with them "
         "(everything on the machine, other work included).",
