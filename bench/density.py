@@ -314,6 +314,9 @@ class Console:
         except urllib.error.HTTPError as exc:
             self.errors[f"{path.split('?')[0]} {exc.code}"] += 1
             raise
+        except OSError as exc:  # no answer within the timeout (socket.timeout), refused, reset
+            self.errors[f"{path.split('?')[0]} {type(exc).__name__}"] += 1
+            raise
         finally:
             if self.timings is not None:
                 self.timings.setdefault(path, []).append((time.perf_counter() - started) * 1000)
@@ -569,18 +572,20 @@ def measure(ctx: Context, n: int) -> Measurement:
         left = _kill_leftovers(names)
         if left:
             print(f"  density: killed {left} driver(s) that did not stop in time", flush=True)
+        started = list(stack.started)
         stack.down()
     mem = memory_summary(memory) if memory else {}
+    running_together = min(running_now, running_after)
     startup_ms = summary_ms([s * 1000 for s in startup])
     cpu_values = list(cpu.values())
-    extra = {
+    extra: dict[str, Any] = {
         "pipelines": n,
         "rate_per_pipeline": RATE_PER_PIPELINE,
         "interval_ms": INTERVAL_MS,
         "environment": DENSITY_ENV,
-        "services_started": list(stack.started) or "see reused",
+        "services_started": started,
         "services_reused": stack.reused,
-        "running_together": min(running_now, running_after),
+        "running_together": running_together,
         "memory": mem,
         "cpu_percent": {
             "mean": round(sum(cpu_values) / len(cpu_values), 1) if cpu_values else None,
@@ -597,7 +602,7 @@ def measure(ctx: Context, n: int) -> Measurement:
         "fed_records": feed.sent,
     }
     pss = mem.get("pss_mb", {}).get("mean") if mem else None
-    extra["targets"] = density_targets(pss, extra["running_together"], console["overall_ms"].get("p95"))
+    extra["targets"] = density_targets(pss, running_together, console["overall_ms"].get("p95"))
     return Measurement(
         scenario=NAME,
         variant=f"{n} pipelines x {RATE_PER_PIPELINE:.0f} records/s",
