@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 DEPS_STAMP := $(VENV)/.deps-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
 
-.PHONY: help venv system up down status demo test lint types check-deploy clean bench bench-pipeline chaos vendor
+.PHONY: help venv system up down status demo test lint types check-deploy clean bench bench-pipeline bench-density chaos vendor
 
 help:
 	@echo "make demo   - the whole stack and a live GitHub-events pipeline with its DLQ console (Ctrl-C stops it)"
@@ -85,6 +85,12 @@ bench: venv system
 bench-pipeline: venv system
 	@$(PY) -m devstack --profile test up kafka redis || echo "bench: using the services already on the test ports"
 	@eval "$$($(PY) -m devstack --profile test env)"; $(PY) -m bench run --only spark_pipeline $(BENCH_ARGS)
+
+# Density (issue #29): N pipelines at 100 records/s each on one control plane of the test profile, on its
+# PostgreSQL (BENCH_ARGS="--density-n 20", "--quick" for 4). Loads the machine for several minutes.
+bench-density: venv system
+	@STREAMFORGE_DB=postgres $(PY) -m devstack --profile test up kafka redis postgres || echo "bench: using the services already on the test ports"
+	@export STREAMFORGE_DB=postgres; eval "$$($(PY) -m devstack --profile test env)"; $(PY) -m bench run --only density $(BENCH_ARGS)
 
 # Fault injection (python -m chaos): a private stack on its own ports (devstack profile chaos: Kafka 29092,
 # Redis 26379, web 28000) that it may kill at will, one pipeline per delivery mode, a continuous producer,

@@ -25,6 +25,7 @@ import psutil
 
 from bench.common import Services, Topics, load1, one_kb_records, pipeline_spec, produce_records
 from bench.spark_pipeline import ProgressReader
+from pipelines.spark.session import CONF_ENV
 from tests.pipelines.spark.harness import DriverProcess
 
 
@@ -144,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="bench-prof-") as workdir:
             driver = DriverProcess(spec=spec, pipeline=topics.prefix, workdir=Path(workdir),
                                    bootstrap=services.bootstrap, redis_url=services.redis_url,
-                                   jars=list(services.jars), master=args.master)  # fmt: skip
+                                   jars=list(services.jars), master=args.master,
+                                   # the stage metrics below come from the Spark UI, off by default
+                                   env={CONF_ENV: json.dumps({"spark.ui.enabled": "true"})})  # fmt: skip
             reader = ProgressReader(services.redis_url, driver.run_id)
             driver.start()
             assert driver.process is not None

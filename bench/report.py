@@ -26,7 +26,9 @@ def _find(measurements: list[Measurement], scenario: str, variant: str | None = 
 def summarize(measurements: list[Measurement]) -> dict[str, Any]:
     """Ratios and targets: ``headline`` (our records/s in the HEADLINE configuration), ``raw_copy``,
     ``python_loop`` (records/s), ``ratios`` per Spark variant (ours / raw copy, ours / Python loop, ours /
-    Rust engine) and ``targets`` (see ``bench.stats.targets``)."""
+    Rust engine), ``targets`` (see ``bench.stats.targets``, then the density goals of
+    ``bench.density.density_targets`` when the density row was measured) and ``density`` (that row's
+    figures, or None)."""
     raw = _find(measurements, "raw_copy")
     loop = _find(measurements, "python_loop")
     ours = _find(measurements, *HEADLINE)
@@ -45,6 +47,7 @@ def summarize(measurements: list[Measurement]) -> dict[str, Any]:
         for m in measurements
         if m.scenario == "spark_pipeline" and m.status == "measured"
     }
+    density = _find(measurements, "density")
     return {
         "headline": {"scenario": HEADLINE[0], "variant": HEADLINE[1], "records_per_s": ours_rate},
         "raw_copy_records_per_s": raw_rate,
@@ -52,7 +55,9 @@ def summarize(measurements: list[Measurement]) -> dict[str, Any]:
         "spark_copy_records_per_s": ceiling_rate,
         "streamforge_rust_msgs_per_s": STREAMFORGE_RUST_MSGS_PER_S,
         "ratios": ratios,
-        "targets": targets(ours_rate, raw_rate, loop_rate, STREAMFORGE_RUST_MSGS_PER_S),
+        "targets": targets(ours_rate, raw_rate, loop_rate, STREAMFORGE_RUST_MSGS_PER_S)
+        + (density.extra.get("targets", []) if density else []),
+        "density": density.extra if density else None,
     }
 
 
@@ -97,8 +102,9 @@ def _markdown(
         "",
         "## Targets",
         "",
-        f"Judged on our pipeline in `{summary['headline']['variant']}` "
-        f"({_fmt(summary['headline']['records_per_s'], ' records/s')}).",
+        f"Throughput judged on our pipeline in `{summary['headline']['variant']}` "
+        f"({_fmt(summary['headline']['records_per_s'], ' records/s')}); density (MB, pipelines, ms) on the "
+        "`density` row (below).",
         "",
         "| target | required | ours | ratio | result |",
         "|---|---:|---:|---:|---|",
@@ -121,7 +127,7 @@ def _markdown(
         "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for m in measurements:
-        if m.scenario == "dlq_console" or m.status != "measured":
+        if m.scenario in ("dlq_console", "density") or m.status != "measured":
             continue
         r = summary["ratios"].get(m.variant, {}) if m.scenario == "spark_pipeline" else {}
         lines.append(
@@ -173,6 +179,7 @@ def _markdown(
                 f"| {m.records:,} | {_fmt(m.records_per_s)} | {m.extra.get('vs_smallest', '-')} | "
                 f"{m.load.get('start')}/{m.load.get('end')} |"
             )
+    lines += _density_lines(summary.get("density"))
     lines += ["", "## DLQ console", ""]
     dlq = [m for m in measurements if m.scenario == "dlq_console"]
     if not dlq:
@@ -210,6 +217,51 @@ def _markdown(
         "",
     ]
     return "\n".join(lines)
+
+
+def _density_lines(figures: dict[str, Any] | None) -> list[str]:
+    """The "Density" section: memory per pipeline by role, CPU, start-to-RUNNING, console latency."""
+    lines = ["", "## Density", ""]
+    if not figures:
+        return [*lines, "Not run in this report (`--only` left it out)."]
+    mem = figures.get("memory") or {}
+    start = figures.get("start_to_running_ms") or {}
+    cpu = figures.get("cpu_percent") or {}
+    console = figures.get("console") or {}
+    overall = console.get("overall_ms") or {}
+    env = ", ".join(f"`{k}={v}`" for k, v in (figures.get("environment") or {}).items())
+    lines += [
+        f"{figures['pipelines']} pipelines, each fed {figures['rate_per_pipeline']:.0f} records/s (1 KB) and cutting "
+        f"a micro-batch every {figures['interval_ms'] / 1000:g} s, started together through the API on one "
+        f"control plane (web, worker, beat); drivers run with {env}. "
+        f"{figures.get('running_together')} were RUNNING together.",
+        "",
+        "| per pipeline | PSS MB | USS MB | RSS MB |",
+        "|---|---:|---:|---:|",
+    ]
+    for role, values in (mem.get("by_role") or {}).items():
+        lines.append(f"| {role} (mean) | {values['pss_mb']} | {values['uss_mb']} | {values['rss_mb']} |")
+    for stat in ("mean", "p50", "max"):
+        if mem:
+            lines.append(
+                f"| **total, {stat}** | {mem['pss_mb'][stat]} | {mem['uss_mb'][stat]} | {mem['rss_mb'][stat]} |"
+            )
+    used = figures.get("host_memory_used_mb") or {}
+    lines += [
+        "",
+        f"- CPU per pipeline over {cpu.get('window_s', '-')} s of steady feed: mean {cpu.get('mean')}% of a core, "
+        f"max {cpu.get('max')}%, all drivers {cpu.get('total')}%.",
+        f"- Start-to-RUNNING (`POST start` answered -> `running` in `GET /api/pipelines/`): p50 "
+        f"{_fmt((start.get('p50') or 0) / 1000, ' s')}, p95 {_fmt((start.get('p95') or 0) / 1000, ' s')}, "
+        f"max {_fmt((start.get('max') or 0) / 1000, ' s')}.",
+        f"- Console, {console.get('clients')} operators for {console.get('seconds')} s, each reading "
+        f"`GET /api/pipelines/`, `/pipelines/overview.json`, `/` in turn, {console.get('think_s', 0)} s between "
+        f"an answer and the next request: p50 {overall.get('p50')} ms, p95 {overall.get('p95')} ms over "
+        f"{overall.get('count')} requests; errors {console.get('errors') or 'none'}.",
+        f"- Machine memory in use: {used.get('before')} MB before the drivers, {used.get('during')} MB with them "
+        "(everything on the machine, other work included).",
+    ]
+    return lines
 
 
 def _plots(out_dir: Path, measurements: list[Measurement], summary: dict[str, Any]) -> list[str]:

@@ -19,7 +19,16 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
-from bench import dlq_console, linearity, python_loop, raw_copy, report, spark_pipeline, spark_reference
+from bench import (
+    density,
+    dlq_console,
+    linearity,
+    python_loop,
+    raw_copy,
+    report,
+    spark_pipeline,
+    spark_reference,
+)
 from bench.common import (
     REPO,
     Context,
@@ -31,9 +40,11 @@ from bench.common import (
     produce_records,
 )
 
-#: Scenario modules in the order they run (cheap and native first).
+#: Scenario modules in the order they run (cheap and native first; density, which brings up a control plane
+#: and N drivers, last).
 SCENARIOS: dict[str, ModuleType] = {
-    m.NAME: m for m in (raw_copy, python_loop, spark_pipeline, spark_reference, linearity, dlq_console)
+    m.NAME: m
+    for m in (raw_copy, python_loop, spark_pipeline, spark_reference, linearity, dlq_console, density)
 }
 
 
@@ -61,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}")
     quick = args.quick
     records_n = args.records or (30_000 if quick else 200_000)
+    if set(only) == {"density"}:  # it feeds its own topics: a token backlog only
+        records_n = args.records or 1_000
     batch = args.batch or (10_000 if quick else 50_000)
     out_dir: Path = args.out
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -81,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
             latency_rate=args.latency_rate or (1_000 if quick else 2_000),
             latency_seconds=args.latency_seconds or (5 if quick else 20),
             options={"spark_variants": args.variants.split(",") if args.variants else None,
-                     "realtime_batch_ms": args.realtime_batch_ms},
+                     "realtime_batch_ms": args.realtime_batch_ms, "density_n": args.density_n},
         )  # fmt: skip
         for name in only:
             print(f"- {name}", flush=True)
@@ -144,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", help="Spark variants, e.g. at_least_once/2,at_most_once/1")
     p.add_argument("--realtime-batch-ms", type=int, default=0,
                    help="real-time batch duration of the realtime variant (default 5,000: the strategy's)")  # fmt: skip
+    p.add_argument("--density-n", type=int, help="density: pipelines running together (default 20; quick 4)")
     p.add_argument("--latency-rate", type=float, help="offered records/s of the latency phase")
     p.add_argument("--latency-seconds", type=float, help="length of the latency phase")
     p.add_argument("--out", type=Path, default=REPO / "artifacts" / "bench")

@@ -11,6 +11,7 @@ does not take the driver with it and a kill can reach the whole group: driver, J
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -238,8 +239,15 @@ DRIVER_ENV_NAMES = frozenset(
         "PYTHONPATH", "VIRTUAL_ENV", "SSL_CERT_FILE", "SSL_CERT_DIR",
         "HADOOP_HOME", "HADOOP_CONF_DIR", "HADOOP_USER_NAME",
         "STREAMFORGE_RUNNER_NAME",  # tags the driver with its runner: the host agent's stray scan, crash-host
+        # The host's sizing of its drivers (pipelines.spark.session: SIZING_ENV, CORES_ENV, CONF_ENV) and
+        # glibc's malloc arenas (see DRIVER_ENV_DEFAULTS).
+        "STREAMFORGE_DRIVER_SIZING", "STREAMFORGE_DRIVER_CORES", "STREAMFORGE_DRIVER_CONF", "MALLOC_ARENA_MAX",
     }
 )  # fmt: skip
+#: What a driver gets when the worker's environment does not say otherwise: at most 2 glibc malloc arenas per
+#: process instead of 8 per core (every JVM and Python thread that mallocs may otherwise get its own 64 MB
+#: arena reservation, part of which stays resident: mallopt(3) M_ARENA_MAX; issue #29's footprint).
+DRIVER_ENV_DEFAULTS: Mapping[str, str] = {"MALLOC_ARENA_MAX": "2"}
 #: ... and by prefix: locale categories and Spark's own settings (``SPARK_HOME``, ``SPARK_CONF_DIR``,
 #: ``SPARK_LOCAL_IP``, ``SPARK_LOCAL_DIRS``, ``PYSPARK_PYTHON`` ...).
 DRIVER_ENV_PREFIXES = ("LC_", "SPARK_", "PYSPARK_")
@@ -256,14 +264,14 @@ def _inherited(name: str) -> bool:
 def driver_environment(environ: Mapping[str, str], conn: KafkaConnection) -> dict[str, str]:
     """The whole environment of a pipeline's driver, built from an allow-list (security review #28,
     finding 7): from the worker's ``environ`` only what ``DRIVER_ENV_NAMES`` and ``DRIVER_ENV_PREFIXES``
-    let through; the state folder (``STREAMFORGE_STATE_DIR``); and the ``KAFKA_*`` variables of ``conn``,
-    the pipeline's own cluster as ``pipelines.clusters.connection_for`` resolved it, its password
+    let through, over ``DRIVER_ENV_DEFAULTS``; the state folder (``STREAMFORGE_STATE_DIR``); and the
+    ``KAFKA_*`` variables of ``conn``, the pipeline's own cluster as ``pipelines.clusters.connection_for`` resolved it, its password
     included (``connection_environment``; readable by the driver's user only, never on its command line).
 
     Everything else stays behind: ``DJANGO_SECRET_KEY``, ``STREAMFORGE_AUDIT_KEY``, the notification key,
     ``DATABASE_URL``, the default cluster's and every other cluster's secrets, a cloud provider's keys.
     The driver imports nothing of Django and needs none of them."""
-    env = {name: value for name, value in environ.items() if _inherited(name)}
+    env = {**DRIVER_ENV_DEFAULTS, **{name: value for name, value in environ.items() if _inherited(name)}}
     env.update(connection_environment(conn))
     env[replay_signing.KEY_ENV] = settings.REPLAY_KEY  # vouches for the console's replays (finding 4)
     env["STREAMFORGE_STATE_DIR"] = str(_state_dir())
@@ -301,6 +309,11 @@ def _launch(run: PipelineRun, workdir: Path, conn: KafkaConnection) -> None:
             start_new_session=True,  # its own session: outlives worker restarts, killable as one group
         )
     _children[process.pid] = process
+    if settings.DRIVER_NICENESS:
+        # Now, while the driver imports (it starts its JVM only after): the JVM and the Python workers inherit
+        # it. os.setpriority on the group instead of a preexec_fn, which is unsafe in a threaded worker.
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PGRP, process.pid, settings.DRIVER_NICENESS)
     try:
         created = psutil.Process(process.pid).create_time()
     except psutil.Error:

@@ -1,0 +1,112 @@
+"""A runner host sizes its drivers (issue #29, footprint): the sizing, cores and Spark conf variables of
+``pipelines.spark.session`` (pure functions: no JVM here; the density benchmark runs real drivers with them),
+and the launcher lets exactly those through to the driver, with at most 2 malloc arenas by default."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+from pipelines import supervision
+from pipelines.models import PipelineRun
+from pipelines.spark.session import (
+    CONF_ENV,
+    CORES_ENV,
+    DEFAULT_CONF,
+    SIZING_ENV,
+    SIZINGS,
+    override_conf,
+    sized_master,
+    sizing_conf,
+)
+from pipelines.supervision.launcher import driver_environment
+from streamforge_core.kafka import KafkaConnection
+from tests.pipelines.test_supervision import _tick_until, supervised  # noqa: F401  (supervised: a fixture)
+
+
+def test_spark_ui_is_off_and_one_idle_python_worker_is_kept():
+    assert DEFAULT_CONF["spark.ui.enabled"] == "false"
+    assert DEFAULT_CONF["spark.python.factory.idleWorkerMaxPoolSize"] == "1"
+    # one worker environment for the warm-up and the micro-batches: one daemon
+    assert DEFAULT_CONF["spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"] == "false"
+
+
+@pytest.mark.parametrize(
+    ("master", "cores", "expected"),
+    [
+        ("local[*]", "1", "local[1]"),
+        ("local", "2", "local[2]"),
+        ("local[4]", "1", "local[1]"),
+        ("local[4,3]", "1", "local[1,3]"),  # failures allowed per task kept
+        ("spark://127.0.0.1:7077", "1", "spark://127.0.0.1:7077"),  # a cluster's cores are spark.cores.max
+        ("local[*]", "", "local[*]"),  # unset: the master's own
+    ],
+)
+def test_cores_apply_to_a_local_master_only(master, cores, expected):
+    assert sized_master(master, {CORES_ENV: cores}) == expected
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "two", "1.5"])
+def test_cores_must_be_a_positive_integer(bad):
+    with pytest.raises(ValueError, match=CORES_ENV):
+        sized_master("local[*]", {CORES_ENV: bad})
+
+
+def test_sizing_standard_by_default_compact_on_request():
+    assert sizing_conf({}) == dict(SIZINGS["standard"])
+    compact = sizing_conf({SIZING_ENV: "compact"})
+    assert compact["spark.driver.memory"] == "512m"
+    options = compact["spark.driver.extraJavaOptions"].split()
+    assert "-Dlog4j2.level=WARN" in options  # every sizing keeps Spark's logging at WARN
+    assert {"-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k"} <= set(options)
+    assert not any(
+        o.startswith("-Xmx") for o in options
+    )  # Spark refuses -Xmx there: spark.driver.memory is it
+    with pytest.raises(ValueError, match=f"{SIZING_ENV} must be one of compact, standard, not 'huge'"):
+        sizing_conf({SIZING_ENV: "huge"})
+
+
+def test_conf_from_the_environment_is_a_json_object_of_strings():
+    assert override_conf({}) == {}
+    assert override_conf({CONF_ENV: '{"spark.ui.enabled": "true"}'}) == {"spark.ui.enabled": "true"}
+    for bad, why in (
+        ("spark.ui.enabled=true", "not JSON"),
+        ('["a"]', "object of strings"),
+        ('{"a": 1}', "object"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            override_conf({CONF_ENV: bad})
+
+
+def test_the_launcher_passes_the_hosts_sizing_and_caps_malloc_arenas(settings, tmp_path):
+    settings.STATE_DIR = str(tmp_path)
+    conn = KafkaConnection("127.0.0.1:9092")
+    env = driver_environment({"PATH": "/usr/bin", "DJANGO_SECRET_KEY": "x"}, conn)
+    assert env["MALLOC_ARENA_MAX"] == "2"
+    assert "DJANGO_SECRET_KEY" not in env
+    sized = driver_environment(
+        {
+            SIZING_ENV: "compact",
+            CORES_ENV: "1",
+            CONF_ENV: '{"spark.ui.enabled": "true"}',
+            "MALLOC_ARENA_MAX": "4",  # the host's own choice wins over the default
+        },
+        conn,
+    )
+    assert (sized[SIZING_ENV], sized[CORES_ENV], sized["MALLOC_ARENA_MAX"]) == ("compact", "1", "4")
+    assert sized[CONF_ENV] == '{"spark.ui.enabled": "true"}'
+
+
+@pytest.mark.redis
+@pytest.mark.django_db
+@pytest.mark.parametrize("niceness", [0, 7])
+def test_a_launched_driver_and_what_it_starts_run_at_the_hosts_niceness(supervised, settings, niceness):  # noqa: F811
+    """STREAMFORGE_DRIVER_NICENESS reaches the driver the launcher starts (the stand-in driver, through the
+    real launch path): the console and supervision keep the CPU when drivers saturate the host."""
+    settings.DRIVER_NICENESS = niceness
+    pipeline, operator, behaviour = supervised
+    behaviour["name"] = "silent"
+    supervision.request_start(actor=operator, pipeline=pipeline)
+    _tick_until(lambda: PipelineRun.objects.filter(pipeline=pipeline).exclude(pid=None).exists())
+    run = PipelineRun.objects.get(pipeline=pipeline)
+    assert psutil.Process(run.pid).nice() == niceness
