@@ -14,6 +14,7 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | KAFKA_BOOTSTRAP_SERVERS | 127.0.0.1:9092 | the default Kafka cluster (others are named clusters, added by admins); KAFKA_SECURITY_PROTOCOL and the rest: README "Connecting to a secured Kafka cluster" |
 | STREAMFORGE_KAFKA_CREDENTIAL_DIRS | /run/secrets,/etc/streamforge/kafka | directories a named cluster's password, CA, certificate and key files must be in |
 | SPARK_MASTER | local[*] | where pipeline drivers run (local[*], spark://host:7077, k8s://...) |
+| STREAMFORGE_SPARK_CORES_MAX | 1 | cores one pipeline may take on a `spark://` standalone cluster (`spark.cores.max`) |
 | STREAMFORGE_SPARK_JARS | (none) | comma-separated connector jars or folders of jars (devstack fills it in) |
 | STREAMFORGE_STATE_DIR | <repo>/.stack/dev | checkpoints, driver logs, the debug secret and audit keys |
 | STREAMFORGE_AUDIT_KEY | (required unless debug) | HMAC key of the audit hash chain (32+ characters, not the secret key); in debug a random key kept in the state folder |
@@ -280,6 +281,9 @@ def _expand_jars(entries: list[str]) -> list[str]:
     return jars
 
 
+# Cores one pipeline's application may take on a standalone cluster (spark.cores.max; without it the first
+# application takes every free core and the next ones get no executor).
+SPARK_CORES_MAX = env_int("STREAMFORGE_SPARK_CORES_MAX", 1, minimum=1)
 SPARK_JARS = _expand_jars(env_list("STREAMFORGE_SPARK_JARS", []))
 READINESS_TIMEOUT_SECONDS = env_int("STREAMFORGE_READINESS_TIMEOUT", 2, minimum=1)
 READINESS_CACHE_SECONDS = env_int("STREAMFORGE_READINESS_CACHE", 5, minimum=0)

@@ -83,10 +83,22 @@ def driver_command(run: PipelineRun, spec_file: Path, conn: KafkaConnection) -> 
     """The driver's command line for ``run`` on ``conn``'s cluster (master and jars from settings). Only the
     bootstrap servers of the connection appear: its credentials go in the environment (``_launch``). A run
     claimed under a lease also gets ``--epoch N --lease-file PATH`` (its fence re-reads that file before
-    each commit: ``pipelines.spark.fence``)."""
+    each commit: ``pipelines.spark.fence``); on a ``spark://`` master, ``--driver-host`` and ``--cores-max``."""
     lease: list[str] = []
     if run.epoch is not None:
-        lease = ["--epoch", str(run.epoch), "--lease-file", str(lease_path(run.pipeline.name, run.run_id))]
+        lease = [
+            "--epoch", str(run.epoch),
+            "--lease-file", str(lease_path(run.pipeline.name, run.run_id)),
+            "--fence-margin", str(settings.DRIVER_FENCE_MARGIN_SECONDS),
+        ]  # fmt: skip
+    # On a standalone cluster the driver stays on this runner (client mode) and its executors call back to
+    # RUNNER_ADVERTISE_HOST; spark.cores.max keeps one application from taking every core of the cluster.
+    cluster: list[str] = []
+    if settings.SPARK_MASTER.startswith("spark://"):
+        cluster = [
+            "--driver-host", settings.RUNNER_ADVERTISE_HOST,
+            "--cores-max", str(settings.SPARK_CORES_MAX),
+        ]  # fmt: skip
     return [
         sys.executable, "-m", "pipelines.spark.driver",
         "--spec-file", str(spec_file),
@@ -99,6 +111,7 @@ def driver_command(run: PipelineRun, spec_file: Path, conn: KafkaConnection) -> 
         "--master", settings.SPARK_MASTER,
         "--jars", ",".join(settings.SPARK_JARS),
         *lease,
+        *cluster,
     ]  # fmt: skip
 
 
