@@ -30,12 +30,10 @@ DEFAULT_CONF: Mapping[str, str] = {
     # the UI's listener (default 1000): the driver publishes each batch's progress itself.
     "spark.sql.streaming.numRecentProgressUpdates": "10",
     "spark.sql.ui.retainedExecutions": "10",
-    # One Python worker kept between micro-batches: reuse is Spark's default, the idle pool is capped at one
-    # (Spark 4.2's spark.python.factory.idleWorkerMaxPoolSize). A daemon that pre-imports the writer before
-    # forking was measured and dropped: with one worker per driver it costs ~20 MB PSS more than PySpark's
-    # small daemon (the worker dirties most of the shared pages anyway; bench/FINDINGS.md "Density").
+    # Python workers are kept between micro-batches (Spark's default). A daemon that pre-imports the writer
+    # before forking was measured and dropped: with one worker per driver it costs ~20 MB PSS more than
+    # PySpark's small daemon (the worker dirties most of the shared pages anyway; bench/FINDINGS.md "Density").
     "spark.python.worker.reuse": "true",
-    "spark.python.factory.idleWorkerMaxPoolSize": "1",
     # Spark keeps one daemon (and its idle workers) per distinct worker environment, and the warm-up job and
     # the micro-batch jobs disagree on SPARK_SIMPLIFIED_TRACEBACK (measured: two daemons and two idle workers
     # per driver, ~45 MB PSS more). Off, both run without it: one daemon. Python errors keep their full
@@ -101,6 +99,9 @@ _LOG_OPTIONS = "-Dlog4j2.level=WARN"
 SIZINGS: Mapping[str, Mapping[str, str]] = {
     "standard": {"spark.driver.extraJavaOptions": _LOG_OPTIONS},
     "compact": {
+        # One idle Python worker kept (Spark 4.2's spark.python.factory.idleWorkerMaxPoolSize): with more
+        # than one core, every job beyond the first forks and re-imports a worker, so only where memory counts.
+        "spark.python.factory.idleWorkerMaxPoolSize": "1",
         "spark.driver.memory": "512m",
         "spark.driver.extraJavaOptions": " ".join(
             (

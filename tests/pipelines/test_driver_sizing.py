@@ -24,9 +24,13 @@ from streamforge_core.kafka import KafkaConnection
 from tests.pipelines.test_supervision import _tick_until, supervised  # noqa: F401  (supervised: a fixture)
 
 
-def test_spark_ui_is_off_and_one_idle_python_worker_is_kept():
+def test_spark_ui_is_off_and_a_compact_driver_keeps_one_idle_python_worker():
     assert DEFAULT_CONF["spark.ui.enabled"] == "false"
-    assert DEFAULT_CONF["spark.python.factory.idleWorkerMaxPoolSize"] == "1"
+    assert "spark.python.factory.idleWorkerMaxPoolSize" not in DEFAULT_CONF
+    assert (
+        sizing_conf({"STREAMFORGE_DRIVER_SIZING": "compact"})["spark.python.factory.idleWorkerMaxPoolSize"]
+        == "1"
+    )
     # one worker environment for the warm-up and the micro-batches: one daemon
     assert DEFAULT_CONF["spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"] == "false"
 
