@@ -205,8 +205,9 @@ def _route_to(queue: str) -> None:
 
 
 #: The worker's digest window in seconds: long enough that storing a storm of 1,000 new groups (10-18 s on this
-#: 2-core machine, measured; the store's cost is the per-group transactions) fits inside it.
-WORKER_DIGEST_SECONDS = 40
+#: 2-core machine when quiet, measured; the store's cost is the per-group transactions; over 40 s once in a
+#: full CI run beside Spark tests) fits inside it.
+WORKER_DIGEST_SECONDS = 60
 
 
 @pytest.fixture
