@@ -129,6 +129,34 @@ def revise_pipeline(
     return revision
 
 
+def set_placement_labels(*, actor: User, pipeline: Pipeline, labels: Sequence[str], reason: str = "") -> bool:
+    """Set the labels a runner host must all carry to run ``pipeline`` (``STREAMFORGE_RUNNER_LABELS`` on the
+    host; an empty list: any host). Takes effect at the pipeline's next placement (a start, restart or
+    failover), not on a running driver. Team admin only (PermissionDenied); audited ``pipeline.placement``.
+    Returns whether the labels changed."""
+    require_role(actor, pipeline.team, Role.ADMIN)
+    wanted = sorted(set(labels))
+    with transaction.atomic():
+        locked = Pipeline.objects.select_for_update().get(pk=pipeline.pk)
+        before = list(locked.placement_labels)
+        if sorted(before) == wanted:
+            return False
+        locked.placement_labels = wanted
+        locked.save(update_fields=["placement_labels", "updated_at"])
+        audit.record(
+            actor=actor,
+            action="pipeline.placement",
+            target_type="pipeline",
+            target_id=locked.name,
+            reason=reason,
+            before=before,
+            after=wanted,
+            details={"placement_labels_before": before, "placement_labels": wanted},
+        )
+    pipeline.placement_labels = wanted
+    return True
+
+
 def _claim_dlq_topic(spec: PipelineSpec, *, pipeline: Pipeline | None, cluster: KafkaCluster | None) -> None:
     """Refuse a DLQ topic another pipeline or a registered extra DLQ topic already owns on ``cluster``
     (``dlq_owners``); the lock held until the caller's transaction ends keeps a concurrent claim from taking

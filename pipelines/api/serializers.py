@@ -196,8 +196,8 @@ class PipelineSerializer(serializers.ModelSerializer[Pipeline]):
         model = Pipeline
         fields = [
             "name", "description", "team", "cluster", "desired_state", "state", "state_reason", "consecutive_failures",
-            "next_restart_at", "revision", "running_revision", "spec", "current_run", "host", "epoch", "created_at",
-            "updated_at",
+            "next_restart_at", "revision", "running_revision", "spec", "current_run", "host", "epoch",
+            "placement_labels", "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -270,11 +270,20 @@ class PipelineCreateSerializer(serializers.Serializer[dict[str, Any]]):
 
 class PipelineUpdateSerializer(serializers.Serializer[dict[str, Any]]):
     """``PUT/PATCH /api/pipelines/{name}/``: a new spec makes a new revision (what the next start runs);
-    ``comment`` says why; ``description`` changes in place."""
+    ``comment`` says why; ``description`` and ``placement_labels`` change in place."""
 
     spec = serializers.JSONField(required=False)
     comment = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
     description = serializers.CharField(required=False, allow_blank=True)
+    placement_labels = serializers.ListField(
+        child=serializers.RegexField(
+            r"^[A-Za-z0-9_.-]{1,63}(=[A-Za-z0-9_.-]{1,63})?$",
+            error_messages={"invalid": "a label is a word or key=value of letters, digits, '_', '.', '-'"},
+        ),
+        required=False,
+        max_length=16,
+        help_text="labels a runner host must all carry to run the pipeline (next placement); [] for any host",
+    )
 
 
 class ActionSerializer(serializers.Serializer[dict[str, Any]]):

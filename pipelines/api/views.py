@@ -50,6 +50,7 @@ from pipelines.services import (
     dry_run_report,
     revise_pipeline,
     sample_message,
+    set_placement_labels,
 )
 from pipelines.spec import PipelineSpec, SpecError, parse_spec
 
@@ -296,6 +297,13 @@ class PipelineViewSet(viewsets.GenericViewSet[Pipeline]):
             )
         except SpecError as exc:
             return _spec_errors(exc)
+        if "placement_labels" in data:  # after the spec: a refused spec changes nothing
+            set_placement_labels(
+                actor=request.user,  # type: ignore[arg-type]
+                pipeline=pipeline,
+                labels=data["placement_labels"],
+                reason=data["comment"],
+            )
         return Response(PipelineSerializer(self.get_object()).data)
 
     @extend_schema(request=PipelineUpdateSerializer, responses={200: PipelineSerializer})

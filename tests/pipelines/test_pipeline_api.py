@@ -192,3 +192,43 @@ def test_a_low_latency_batch_duration_below_sparks_minimum_or_not_a_number_is_a_
     )
     assert response.status_code == 400
     assert list(response.json()) == ["spec.delivery.commit_strategy.interval_ms"]
+
+
+def test_placement_labels_are_set_by_a_team_admin_audited_and_validated(admin_user, operator, pipeline):
+    api = client_for(admin_user)
+    response = api.patch(
+        "/api/pipelines/github/",
+        {"placement_labels": ["ssd", "zone=a"], "comment": "needs ssd"},
+        format="json",
+    )
+    assert response.status_code == 200, response.json()
+    assert response.json()["placement_labels"] == ["ssd", "zone=a"]
+    assert Pipeline.objects.get(name="github").placement_labels == ["ssd", "zone=a"]
+    event = AuditEvent.objects.get(action="pipeline.placement")
+    assert event.reason == "needs ssd"
+    assert event.details == {"placement_labels_before": [], "placement_labels": ["ssd", "zone=a"]}
+
+    assert (
+        client_for(operator)
+        .patch("/api/pipelines/github/", {"placement_labels": []}, format="json")
+        .status_code
+        == 403
+    )
+    stranger = member(TeamFactory(name="other-team"), Role.OPERATOR, username="eve")  # admins see every team
+    assert (
+        client_for(stranger)
+        .patch("/api/pipelines/github/", {"placement_labels": []}, format="json")
+        .status_code
+        == 404
+    )
+    for bad in (["has space"], "ssd", [""], ["a=b=c"], ["x"] * 17, [{"k": "v"}]):
+        refused = api.patch("/api/pipelines/github/", {"placement_labels": bad}, format="json")
+        assert refused.status_code == 400, bad
+        assert "placement_labels" in refused.json(), refused.json()
+    # a refused spec changes no labels either
+    refused = api.patch(
+        "/api/pipelines/github/", {"spec": {"source": {}}, "placement_labels": ["gpu"]}, format="json"
+    )
+    assert refused.status_code == 400
+    assert Pipeline.objects.get(name="github").placement_labels == ["ssd", "zone=a"]
+    assert AuditEvent.objects.filter(action="pipeline.placement").count() == 1
