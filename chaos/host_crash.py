@@ -8,7 +8,7 @@ effectively_once). The acceptance bound is 90 s from the crash to a new batch el
 reported per pipeline (``failover_s``); the fault fails past ``FAILOVER_TIMEOUT_S``. The crashed runner is
 started again at the end, so the next fault has every runner.
 
-``placements``, ``busiest_runner`` and ``moved`` serve ``chaos.host_partition`` too.
+``placements``, ``choose_victim`` and ``moved`` serve ``chaos.host_partition`` too.
 """
 
 from __future__ import annotations
@@ -61,6 +61,14 @@ def busiest_runner(hosts: Iterable[str], runners: tuple[str, ...]) -> str:
         raise RuntimeError(f"no pipeline runs on a runner host ({', '.join(runners) or 'none'})")
     most = max(counts.values())
     return next(runner for runner in runners if counts[runner] == most)
+
+
+def choose_victim(ctx: Context) -> tuple[str, dict[str, Placement]]:
+    """Once the pipelines are processing: the runner holding most of them, and every pipeline's placement
+    (by mode) before the fault, as both host faults start."""
+    ctx.wait_processing()
+    before_all = placements(ctx.pipelines)
+    return busiest_runner((p.host for p in before_all.values()), ctx.stack.profile.runners), before_all
 
 
 def moved(handle: PipelineHandle, before: Placement) -> bool:
@@ -143,12 +151,9 @@ def record_bystanders(
 
 def run(ctx: Context) -> FaultResult:
     result = FaultResult("host_crash", TITLE)
-    runners = ctx.stack.profile.runners
-    ctx.wait_processing()
-    began = time.monotonic()
-    before_all = placements(ctx.pipelines)
-    victim = busiest_runner((p.host for p in before_all.values()), runners)
+    victim, before_all = choose_victim(ctx)
     before = {mode: p for mode, p in before_all.items() if p.host == victim}
+    began = time.monotonic()
     crashed = time.monotonic()
     for line in ctx.stack.crash_host(victim):
         result.actions.append(f"+{crashed - began:.0f}s {line}")

@@ -24,7 +24,7 @@ from chaos.context import Context, FaultResult
 from chaos.host_crash import (
     FAILOVER_TIMEOUT_S,
     Placement,
-    busiest_runner,
+    choose_victim,
     placements,
     record_bystanders,
     record_moves,
@@ -145,12 +145,9 @@ def zombie_findings(
 
 def run(ctx: Context) -> FaultResult:
     result = FaultResult("host_partition", TITLE)
-    runners = ctx.stack.profile.runners
-    ctx.wait_processing()
-    began = time.monotonic()
-    before_all = placements(ctx.pipelines)
-    victim = busiest_runner((p.host for p in before_all.values()), runners)
+    victim, before_all = choose_victim(ctx)
     before = {mode: p for mode, p in before_all.items() if p.host == victim}
+    began = time.monotonic()
     frozen = time.monotonic()
     for line in ctx.stack.freeze_host(victim):
         result.actions.append(f"+{frozen - began:.0f}s {line}")
