@@ -168,7 +168,8 @@ PROFILES: dict[str, Profile] = {
     # The fault-injection run (``make chaos``) stops and kills its own broker, Redis and workers, so it has a
     # whole private stack: nothing shared with a demo or another engineer's test run is ever touched.
     # Its plain worker stays (DLQ tasks; chaos.bulk_worker kills it alone); two runner hosts carry the
-    # pipelines, so chaos.host_crash and chaos.host_partition have a host to lose and one to move to.
+    # pipelines, so chaos.host_crash and chaos.host_partition have a host to lose and one to move to; their
+    # leases are claimed with conditional UPDATEs across processes, so PostgreSQL whatever STREAMFORGE_DB says.
     "chaos": Profile(
         "chaos",
         kafka_port=29092,
@@ -178,6 +179,7 @@ PROFILES: dict[str, Profile] = {
         postgres_port=25433,
         debug=True,
         runners=("runner-a", "runner-b"),
+        postgres_only=True,
     ),
     # Issue #29's local proof: no single control process, runner hosts with leases, executors on a Spark
     # standalone cluster. Webs on 38000 and 38001, the master on 37077 with its UI on 38080, workers' UIs

@@ -18,7 +18,12 @@ A runner is a Celery worker started with ``STREAMFORGE_RUNNER_NAME`` (``settings
    * 0 rows renewed (the lease expired or another runner took the pipeline over under a higher epoch): the
      lease file is rewritten ``lost``, the driver's whole process group is SIGKILLed (a graceful stop would
      let it commit its batch) and the run ends ``Fenced``;
-   * a STOPPING run this process has not signalled yet gets its SIGTERM (the pull side of a routed stop).
+   * a STOPPING run this process has not signalled yet gets its SIGTERM (the pull side of a routed stop);
+   * a STARTING run with no pid older than ``LAUNCH_FALLBACK_SECONDS`` (its ``pipelines.launch_run`` message
+     was lost: a broker outage after the claim committed, a runner restarted before consuming it) is launched
+     by the agent itself, in a thread of its own so the tick is never held by a slow launch;
+     ``launcher.launch_claimed_run`` is idempotent (pid still unset, in-process guard), so a late message is
+     a no-op.
 3. **Strays**: a driver process of this runner (its environment says ``STREAMFORGE_RUNNER_NAME=<me>``) whose
    run is not among this runner's open runs under the pipeline's current epoch is SIGKILLed with its group:
    what a runner thawed after a freeze, or restarted after its pipelines moved, does first.
@@ -50,7 +55,7 @@ from django.utils import timezone
 from access import audit
 from pipelines.models import ACTIVE_STATES, Pipeline, PipelineRun, PipelineState, RunnerHost
 from pipelines.spark.fence import HELD, LOST, Lease, read_lease, write_lease
-from pipelines.supervision import reconciler
+from pipelines.supervision import launcher, reconciler
 from pipelines.supervision.exits import _end_run
 from pipelines.supervision.processes import (
     _alive,
@@ -72,6 +77,10 @@ RUNNER_ENV = "STREAMFORGE_RUNNER_NAME"
 #: Runner names whose ``RunnerHost`` row this process has upserted (the first tick registers).
 _registered: set[str] = set()
 
+#: How old (seconds, by ``PipelineRun.started_at``) a claimed run with no driver must be before the agent
+#: launches it itself: long enough for a queued ``pipelines.launch_run`` to arrive on a busy runner.
+LAUNCH_FALLBACK_SECONDS = 15.0
+
 
 @dataclass
 class TickReport:
@@ -83,6 +92,7 @@ class TickReport:
     ended: list[str] = field(default_factory=list)
     signalled: list[str] = field(default_factory=list)
     killed: list[int] = field(default_factory=list)
+    launched: list[str] = field(default_factory=list)
 
 
 def _me() -> str:
@@ -251,10 +261,30 @@ def _tend(
     except OSError as exc:  # the driver fences itself at the old expiry: never worse than no renewal
         log.warning("could not write the lease file of %s: %s", run.run_id, exc)
     report.renewed.append(run.pipeline.name)
+    if unlaunched and (now - run.started_at).total_seconds() > LAUNCH_FALLBACK_SECONDS:
+        _launch_in_background(run)
+        report.launched.append(run.pipeline.name)
     # mark_signalled is a test-and-set shared with the routed ``signal_stop``: one SIGTERM per run.
     if run.state == PipelineState.STOPPING and run.pid is not None and mark_signalled(run.run_id):
         _signal_process(run.pid, signal.SIGTERM)
         report.signalled.append(run.pipeline.name)
+
+
+def _launch_in_background(run: PipelineRun) -> threading.Thread:
+    """Launch ``run``'s driver in a daemon thread (its own database connection, closed at the end); a launch
+    already under way in this process, or a run launched or ended meanwhile, makes it a no-op."""
+
+    def launch() -> None:
+        try:
+            launcher.launch_claimed_run(run.run_id)
+        except Exception:
+            log.exception("the agent could not launch run %s of %s", run.run_id, run.pipeline.name)
+        finally:
+            close_old_connections()
+
+    thread = threading.Thread(target=launch, name=f"agent-launch-{run.run_id}", daemon=True)
+    thread.start()
+    return thread
 
 
 def _option(cmdline: list[str], name: str) -> str | None:

@@ -268,6 +268,37 @@ def test_a_stray_driver_of_this_runner_is_killed_and_one_of_another_runner_is_le
     assert wanted.poll() is None
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_claimed_run_whose_launch_message_was_lost_is_launched_by_its_agent_once(me, team, monkeypatch):
+    """The claim committed but ``pipelines.launch_run`` never arrived: after ``LAUNCH_FALLBACK_SECONDS`` the
+    owner's agent launches the run itself (lease file first), in a thread, and ticks while that launch is
+    under way do not launch it again."""
+    agent.host_tick()
+    host = RunnerHost.objects.get(name=me)
+    pipeline = _pipeline(team)
+    _lease(pipeline, host, epoch=2, expires_in_s=20)
+    run = _run(pipeline, me, epoch=2, state=PipelineState.STARTING)
+    launched: list[uuid.UUID] = []
+
+    def slow_launch(run: PipelineRun, workdir: Path, conn: KafkaConnection) -> None:
+        launched.append(run.run_id)
+        time.sleep(1.5)
+
+    monkeypatch.setattr(launcher, "_launch", slow_launch)
+    assert agent.host_tick().launched == []  # just claimed: its message may still be on its way
+    PipelineRun.objects.filter(pk=run.pk).update(
+        started_at=timezone.now() - timedelta(seconds=agent.LAUNCH_FALLBACK_SECONDS + 5)
+    )
+    assert agent.host_tick().launched == [pipeline.name]
+    agent.host_tick()  # while the first launch is still under way
+    _until(lambda: launched, timeout=10)
+    time.sleep(2)
+    assert launched == [run.run_id]
+    lease = read_lease(lease_path(pipeline.name, run.run_id))
+    assert lease is not None
+    assert (lease.run_id, lease.epoch) == (str(run.run_id), 2)
+
+
 @pytest.mark.django_db
 def test_a_stopping_run_is_signalled_by_the_agent_once_not_at_every_tick(me, team, spawned):
     agent.host_tick()
