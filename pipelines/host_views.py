@@ -20,17 +20,23 @@ from pipelines.supervision.drain import drain_host, undrain_host
 
 #: Longest drain reason kept (as the API's ``reason``).
 REASON_MAX = 1000
+#: How often (seconds) the open Hosts page re-reads its rows: a heartbeat ages by one tick meanwhile.
+REFRESH_SECONDS = 5
 
 
 @login_required
 @require_GET
 def host_list(request: HttpRequest) -> HttpResponse:
-    """``/hosts/``: every runner host, by name."""
+    """``/hosts/``: every runner host, by name; ``/hosts/?rows=1``: the table's rows alone (the page's live
+    refresh, ``static/js/hosts.js``, every ``REFRESH_SECONDS``)."""
     context = {
         "hosts": describe_hosts(request.user),
         "can_drain": is_admin(request.user),
-        "section": "hosts",
+        "section": "host-list",
+        "refresh_s": REFRESH_SECONDS,
     }
+    if request.GET.get("rows") == "1":
+        return render(request, "pipelines/_host_rows.html", context)
     return render(request, "pipelines/hosts.html", context)
 
 

@@ -175,6 +175,27 @@ def test_the_hosts_page_shows_hosts_to_everyone_and_drain_buttons_to_admins_only
     assert browser.post("/hosts/nowhere/drain/", {"confirm": "yes"}).status_code == 404
 
 
+@pytest.mark.django_db
+def test_the_hosts_pages_live_rows_are_the_tables_rows_alone_under_the_same_visibility(team, viewer):
+    _host("runner-a")
+    _run_on(_pipeline(team, "ours"), "runner-a")
+    _run_on(_pipeline(TeamFactory(), "theirs"), "runner-a")
+    browser = Client()
+    browser.force_login(viewer)
+    rows = browser.get("/hosts/?rows=1")
+    assert rows.status_code == 200
+    html = rows.content.decode()
+    assert "<html" not in html
+    assert "<tr" in html
+    assert 'data-host="runner-a"' in html
+    assert "ours" in html
+    assert "theirs" not in html
+    page = browser.get("/hosts/").content.decode()
+    assert 'data-rows-url="/hosts/?rows=1"' in page
+    assert "js/hosts.js" in page
+    assert Client().get("/hosts/?rows=1").status_code == 302  # signed out: to the login page
+
+
 # ------------------------------------------------------------------------------------------ the drain step
 
 
