@@ -1,6 +1,8 @@
-"""``python -m chaos run [--quick] [--modes at_least_once,effectively_once] [--seed N]``.
+"""``python -m chaos run [--quick] [--modes at_least_once,effectively_once] [--copies N] [--profile chaos|cluster]
+[--seed N]``.
 
-Starts the private ``chaos`` devstack profile (what is not running yet), one pipeline per delivery mode over
+Starts the private ``chaos`` devstack profile (or ``--profile cluster``: two webs, two beats, three runners,
+a Spark standalone cluster; the multi-host faults), ``--copies`` pipelines per delivery mode (default one) over
 real GitHub events with a share of corrupted ones, a continuous producer, then runs the faults in order and
 checks the accounting identity after each; writes ``artifacts/chaos/report.md`` and ``report.json``.
 The ``kill_low_latency`` fault adds a third pipeline (low_latency, Spark's real-time mode) for its duration.
@@ -19,7 +21,8 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
-from chaos.stack import CHAOS_ENV, ChaosStack
+from chaos.stack import CHAOS_PROFILES, ChaosStack, chaos_env
+from devstack.config import PROFILES
 
 #: Each fault is the module ``chaos.<name>`` (its ``TITLE`` and ``run(ctx)``), run in this order.
 #: kill_low_latency comes after the single-host faults: its pipeline then reads the whole run's source,
@@ -34,7 +37,16 @@ FAULTS = (
     "kill_low_latency",
     "host_crash",
     "host_partition",
+    "routed_stop",
+    "control_plane",
+    "drain",
 )
+#: What a run does unless ``--faults`` says: the private stack runs every single-host fault and the two host
+#: faults; the cluster profile (no plain worker, executors on the standalone cluster) the multi-host ones.
+DEFAULT_FAULTS = {
+    "chaos": FAULTS[: FAULTS.index("host_partition") + 1],
+    "cluster": ("routed_stop", "control_plane", "host_crash", "host_partition", "drain"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,7 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--modes", default="at_least_once,effectively_once", help="comma-separated delivery modes"
     )
-    parser.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset, in this order")
+    parser.add_argument(
+        "--faults", default=None, help="comma-separated subset of the faults, run in the order given"
+    )
+    parser.add_argument("--profile", choices=CHAOS_PROFILES, default="chaos", help="the devstack profile")
+    parser.add_argument("--copies", type=int, default=1, help="pipelines per delivery mode (at least 1)")
     parser.add_argument("--seed", type=int, default=None, help="random seed of the fault points")
     parser.add_argument("--rate", type=float, default=15.0, help="records/s into the source topic")
     parser.add_argument("--corrupt-every", type=int, default=10, help="every N-th record is corrupted")
@@ -52,15 +68,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-stack", action="store_true", help="leave the chaos services running")
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    faults = [f.strip() for f in args.faults.split(",") if f.strip()]
+    chosen = args.faults if args.faults is not None else ",".join(DEFAULT_FAULTS[args.profile])
+    faults = [f.strip() for f in chosen.split(",") if f.strip()]
     unknown = [m for m in modes if m not in ("at_least_once", "effectively_once")] + [
         f for f in faults if f not in FAULTS
     ]
     if unknown:
         parser.error(f"unknown mode(s) or fault(s): {', '.join(unknown)}")
+    if args.copies < 1:
+        parser.error("--copies must be at least 1")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     began = time.monotonic()
-    stack = ChaosStack()
+    stack = ChaosStack(PROFILES[args.profile])
     try:
         for line in stack.up():
             print(f"[chaos] {line}", flush=True)
@@ -91,6 +110,7 @@ def _run(
         accountant_for,
         create_topics,
         new_tag,
+        pipeline_keys,
         setup_team,
         start_pipelines,
         stop_leftovers,
@@ -98,6 +118,7 @@ def _run(
     )
 
     bootstrap = stack.profile.kafka_bootstrap
+    modes = pipeline_keys(modes, args.copies)
     actor = setup_team()
     leftovers = stop_leftovers(actor)
     tag = new_tag()
@@ -165,7 +186,8 @@ def _run(
         "source_topic": source_topic,
         "duration_s": time.monotonic() - began,
         "producer": {"delivered": feeder.delivered, "failed": feeder.failed, "kinds": dict(feeder.kinds)},
-        "env": CHAOS_ENV,
+        "profile": stack.profile.name,
+        "env": chaos_env(stack.profile),
         "passed": passed,
     }
     json_path, md_path = report.write(args.out, summary, results)

@@ -25,6 +25,7 @@ from chaos.workload import (
     PipelineHandle,
     SourceLog,
     accountant_for,
+    delivery_of,
     total,
     wait_until,
 )
@@ -202,7 +203,7 @@ class Context:
                 r.failures.append(
                     f"{in_window.wrong} wrong outcomes, {in_window.value_mismatch} wrong values"
                 )
-            if mode == "effectively_once" and r.duplicates:
+            if delivery_of(mode) == "effectively_once" and r.duplicates:
                 r.failures.append(f"{r.duplicates} duplicates seen by read_committed readers")
             self.say(
                 f"  {mode}: window {r.produced} records, lost {r.lost} (total {r.lost_total}), duplicates "

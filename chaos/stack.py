@@ -38,19 +38,40 @@ CHAOS_ENV: dict[str, str] = {
 }
 
 
+#: The devstack profiles a chaos run may own: its private ``chaos`` stack (the default), or issue #29's
+#: ``cluster`` (two webs, two beats, three runners, executors on a Spark standalone cluster) for the
+#: multi-host faults.
+CHAOS_PROFILES = ("chaos", "cluster")
+
+
+def chaos_env(profile: Profile) -> dict[str, str]:
+    """``CHAOS_ENV`` as ``profile`` runs it: a profile with its own Spark master keeps it (executors on the
+    standalone cluster), so the ``local[2]`` master is left out."""
+    if profile.spark_port:
+        return {k: v for k, v in CHAOS_ENV.items() if k != "SPARK_MASTER"}
+    return dict(CHAOS_ENV)
+
+
 @dataclass
 class ChaosStack:
-    """The ``chaos`` devstack profile plus what this run started (stopped again by ``down``)."""
+    """A devstack profile the run owns (``chaos`` unless told) plus what this run started (stopped again by
+    ``down``)."""
 
     profile: Profile = field(default_factory=lambda: PROFILES["chaos"])
     started: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        os.environ.update(CHAOS_ENV)  # services inherit the run's environment (devstack.services.start)
+        if self.profile.spark_port:
+            os.environ.pop("SPARK_MASTER", None)
+        os.environ.update(chaos_env(self.profile))  # services inherit the run's environment (devstack.start)
 
     def env(self) -> dict[str, str]:
-        """The Django environment of the chaos stack (what its web, worker, beat and ingest get)."""
-        return {**django_env(self.profile), **CHAOS_ENV}
+        """The Django environment of the stack (what its webs, workers, runners, beats and ingest get)."""
+        return {**django_env(self.profile), **chaos_env(self.profile)}
+
+    def services(self) -> list[Service]:
+        """Every service of the profile, in start order."""
+        return services(self.profile)
 
     def service(self, name: str) -> Service:
         return next(s for s in services(self.profile) if s.name == name)

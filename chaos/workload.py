@@ -60,6 +60,30 @@ DELIVERY: dict[str, dict[str, Any]] = {
     LOW_LATENCY: {"mode": "at_least_once", "commit_strategy": {"kind": "low_latency"}},
 }
 TEAM = "chaos"
+#: Between a delivery mode and a copy's number in a pipeline's key (``effectively_once.2``).
+COPY_SEP = "."
+
+
+def pipeline_keys(modes: Iterable[str], copies: int = 1) -> list[str]:
+    """The run's pipeline keys: each mode ``copies`` times, interleaved so that placement spreads the modes
+    (``at_least_once``, ``effectively_once``, ``at_least_once.2``, ``effectively_once.2``, ...); the first copy
+    of a mode is keyed by the mode alone. Raises ValueError for ``copies`` < 1."""
+    if copies < 1:
+        raise ValueError(f"copies must be at least 1, not {copies}")
+    return [mode if n == 1 else f"{mode}{COPY_SEP}{n}" for n in range(1, copies + 1) for mode in modes]
+
+
+def delivery_of(key: str) -> str:
+    """The delivery mode of pipeline key ``key`` (``effectively_once.2`` -> ``effectively_once``)."""
+    return key.split(COPY_SEP, 1)[0]
+
+
+def short_of(key: str) -> str:
+    """``key``'s short form in topic and pipeline names (``effectively_once.2`` -> ``eo2``)."""
+    mode, _, copy = key.partition(COPY_SEP)
+    return SHORT[mode] + copy
+
+
 ARCHIVE_MAX_BYTES = demo.ARCHIVE_MAX_BYTES
 
 
@@ -81,14 +105,15 @@ def source_topic(tag: str) -> str:
 
 def spec_for(mode: str, tag: str) -> dict[str, Any]:
     """The demo's GitHub-events spec (four destinations, the archive with a 256 KiB record limit) on this
-    run's topics, reading from earliest, with ``mode``'s delivery block (``DELIVERY``)."""
+    run's topics, reading from earliest, with the delivery block (``DELIVERY``) of pipeline key ``mode``'s
+    delivery mode."""
     spec = copy.deepcopy(demo.SPEC)
-    prefix = f"chaos.{tag}.{SHORT[mode]}"
+    prefix = f"chaos.{tag}.{short_of(mode)}"
     spec["source"] = {"topics": [source_topic(tag)], "starting_offsets": "earliest"}
     for dest in spec["destinations"]:
         dest["topic"] = f"{prefix}.{dest['name']}"
     spec["dlq"] = {"topic": f"{prefix}.dlq"}
-    spec["delivery"] = copy.deepcopy(DELIVERY[mode])
+    spec["delivery"] = copy.deepcopy(DELIVERY[delivery_of(mode)])
     return spec
 
 
@@ -274,7 +299,10 @@ def create_archive_topics(bootstrap: str, tag: str, modes: Iterable[str]) -> Non
 def _archive_topics(tag: str, modes: Iterable[str]) -> list[NewTopic]:
     return [
         NewTopic(
-            f"chaos.{tag}.{SHORT[mode]}.archive", 2, 1, config={"max.message.bytes": str(ARCHIVE_MAX_BYTES)}
+            f"chaos.{tag}.{short_of(mode)}.archive",
+            2,
+            1,
+            config={"max.message.bytes": str(ARCHIVE_MAX_BYTES)},
         )
         for mode in modes
     ]
@@ -289,11 +317,12 @@ def _create(bootstrap: str, topics: list[NewTopic]) -> None:
 def start_pipelines(
     actor: User, tag: str, modes: Iterable[str], bootstrap: str, redis_url: str
 ) -> dict[str, PipelineHandle]:
-    """Create one pipeline per mode and ask supervision to start each (a worker launches the driver)."""
+    """Create one pipeline per key of ``modes`` (a delivery mode, or a copy of one: ``pipeline_keys``) and ask
+    supervision to start each (its runner launches the driver)."""
     team = Team.objects.get(name=TEAM)
     handles = {}
     for mode in modes:
-        name = f"chaos-{SHORT[mode]}-{tag}"
+        name = f"chaos-{short_of(mode)}-{tag}"
         raw = spec_for(mode, tag)
         pipeline = create_pipeline(
             actor=actor, name=name, team=team, spec=raw, description=f"chaos run {tag}"
@@ -365,7 +394,7 @@ class Accountant:
 
     @property
     def read_committed(self) -> bool:
-        return self.handle.mode == "effectively_once"
+        return delivery_of(self.handle.mode) == "effectively_once"
 
     def add_source(self, records: list[Record]) -> None:
         self.expected.update(

@@ -8,7 +8,9 @@ import importlib
 import pytest
 
 from chaos import __main__ as cli
-from chaos.workload import LOW_LATENCY, MODES, spec_for
+from chaos.stack import chaos_env
+from chaos.workload import LOW_LATENCY, MODES, delivery_of, pipeline_keys, short_of, spec_for
+from devstack.config import PROFILES
 from pipelines.spec import parse_spec
 
 
@@ -53,3 +55,32 @@ def test_the_low_latency_pipeline_runs_at_least_once_in_real_time_mode_on_topics
     theirs = [parse_spec(spec_for(mode, "t1"), pipeline_name=mode) for mode in MODES]
     assert all(t.startswith("chaos.t1.ll.") for t in spec.output_topics())
     assert not {t for other in theirs for t in other.output_topics()} & set(spec.output_topics())
+
+
+def test_copies_of_a_mode_are_interleaved_keep_its_delivery_and_get_topics_of_their_own():
+    keys = pipeline_keys(MODES, 3)
+    assert keys == [
+        "at_least_once",
+        "effectively_once",
+        "at_least_once.2",
+        "effectively_once.2",
+        "at_least_once.3",
+        "effectively_once.3",
+    ]
+    specs = {key: parse_spec(spec_for(key, "t1"), pipeline_name=f"chaos-{short_of(key)}-t1") for key in keys}
+    assert specs["effectively_once.3"].delivery.mode == "effectively_once"
+    assert delivery_of("effectively_once.3") == "effectively_once"
+    outputs = [set(spec.output_topics()) for spec in specs.values()]
+    assert all(not (a & b) for i, a in enumerate(outputs) for b in outputs[i + 1 :])
+    with pytest.raises(ValueError, match="at least 1"):
+        pipeline_keys(MODES, 0)
+
+
+def test_the_cluster_profile_runs_the_multi_host_faults_on_its_own_spark_master(no_stack, capsys):
+    assert set(cli.DEFAULT_FAULTS["cluster"]) <= set(cli.FAULTS)
+    assert {"routed_stop", "control_plane", "drain"}.isdisjoint(cli.DEFAULT_FAULTS["chaos"])
+    assert "SPARK_MASTER" not in chaos_env(PROFILES["cluster"])
+    assert chaos_env(PROFILES["chaos"])["SPARK_MASTER"] == "local[2]"
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--profile", "cluster", "--copies", "0"])
+    assert "--copies must be at least 1" in capsys.readouterr().err
