@@ -40,6 +40,7 @@ FAULTS = (
     "routed_stop",
     "control_plane",
     "drain",
+    "host_kill_loop",
 )
 #: What a run does unless ``--faults`` says: the private stack runs every single-host fault and the two host
 #: faults; the cluster profile (no plain worker, executors on the standalone cluster) the multi-host ones.
@@ -61,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--profile", choices=CHAOS_PROFILES, default="chaos", help="the devstack profile")
     parser.add_argument("--copies", type=int, default=1, help="pipelines per delivery mode (at least 1)")
+    parser.add_argument(
+        "--soak-minutes", type=float, default=30.0, help="how long host_kill_loop crashes hosts"
+    )
     parser.add_argument("--seed", type=int, default=None, help="random seed of the fault points")
     parser.add_argument("--rate", type=float, default=15.0, help="records/s into the source topic")
     parser.add_argument("--corrupt-every", type=int, default=10, help="every N-th record is corrupted")
@@ -137,6 +141,7 @@ def _run(
         actor=actor,
         rng=random.Random(seed),
         quick=args.quick,
+        soak_minutes=args.soak_minutes,
     )
     ctx.say(
         f"run {tag}, seed {seed}, modes {modes}; stopped leftovers {leftovers or 'none'}; waiting for Spark"

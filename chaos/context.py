@@ -122,6 +122,8 @@ class Context:
     actor: User
     rng: random.Random
     quick: bool
+    #: How long ``host_kill_loop`` goes on crashing hosts (``--soak-minutes``).
+    soak_minutes: float = 30.0
     catch_up_timeout: float = 300.0
     _dups_before: dict[str, int] = field(default_factory=dict)
     #: Modes added since the last check: their window is every source record so far, not the slice since.
