@@ -52,3 +52,25 @@ class MembershipFactory(factory.django.DjangoModelFactory):
 def member(team: Team, role: Role, **user_fields: Any) -> Any:
     """A new user (``user_fields`` go to UserFactory) holding ``role`` in ``team``."""
     return MembershipFactory(team=team, role=role, user=UserFactory(**user_fields)).user
+
+
+def runner_host(name: str, *, heartbeat_age_s: float = 1.0, **fields: Any) -> Any:
+    """A registered ``RunnerHost`` ``name`` whose last heartbeat was ``heartbeat_age_s`` seconds ago (4 slots,
+    4 GB, queue ``celery.runner.<name>``, up for five minutes); ``fields`` override any column."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from pipelines.models import RunnerHost
+
+    now = timezone.now()
+    values: dict[str, Any] = {
+        "queue": f"celery.runner.{name}",
+        "slots": 4,
+        "memory_mb": 4096,
+        "labels": [],
+        "advertise_host": "127.0.0.1",
+        "started_at": now - timedelta(minutes=5),
+        "last_heartbeat_at": now - timedelta(seconds=heartbeat_age_s),
+    }
+    return RunnerHost.objects.create(name=name, **{**values, **fields})

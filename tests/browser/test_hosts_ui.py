@@ -10,27 +10,14 @@ from playwright.sync_api import expect
 
 from pipelines.host_views import REFRESH_SECONDS
 from pipelines.models import RunnerHost
+from tests.factories import runner_host
 
 #: Long enough for one live refresh to have happened, with room for a busy machine.
 AFTER_A_REFRESH_MS = (REFRESH_SECONDS + 5) * 1000
 
 
-def _host(name: str, *, age_s: float = 1.0) -> RunnerHost:
-    now = timezone.now()
-    return RunnerHost.objects.create(
-        name=name,
-        queue=f"celery.runner.{name}",
-        slots=4,
-        memory_mb=4096,
-        labels=[],
-        advertise_host="127.0.0.1",
-        started_at=now - timedelta(minutes=5),
-        last_heartbeat_at=now - timedelta(seconds=age_s),
-    )
-
-
 def test_the_hosts_page_follows_a_lost_host_and_a_new_one_without_a_reload(open_page, admin_user):
-    _host("ui-runner-a")
+    runner_host("ui-runner-a")
     page = open_page(admin_user)
     page.goto("/hosts/")
     expect(page.get_by_test_id("host-state-ui-runner-a")).to_have_text("up")
@@ -38,7 +25,7 @@ def test_the_hosts_page_follows_a_lost_host_and_a_new_one_without_a_reload(open_
     RunnerHost.objects.filter(name="ui-runner-a").update(
         last_heartbeat_at=timezone.now() - timedelta(minutes=10)
     )
-    _host("ui-runner-b")
+    runner_host("ui-runner-b")
     expect(page.get_by_test_id("host-state-ui-runner-a")).to_have_text("lost", timeout=AFTER_A_REFRESH_MS)
     expect(page.get_by_test_id("host-state-ui-runner-b")).to_have_text("up", timeout=AFTER_A_REFRESH_MS)
     expect(page.get_by_test_id("hosts-refreshed")).to_contain_text("refreshed at")

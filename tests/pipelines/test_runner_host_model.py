@@ -2,37 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
-from django.utils import timezone
 
 from pipelines.models import RunnerHost, RunnerHostState
 from pipelines.supervision.processes import runner_name
+from tests.factories import runner_host
 
 pytestmark = pytest.mark.django_db
 
 
-def _host(name: str, *, heartbeat_age_s: float, draining: bool = False) -> RunnerHost:
-    now = timezone.now()
-    return RunnerHost.objects.create(
-        name=name,
-        queue=f"q.runner.{name}",
-        slots=2,
-        memory_mb=2048,
-        advertise_host="127.0.0.1",
-        started_at=now,
-        last_heartbeat_at=now - timedelta(seconds=heartbeat_age_s),
-        draining=draining,
-    )
-
-
 def test_a_host_is_up_draining_or_lost_by_its_heartbeat_age_on_the_databases_clock(settings):
     settings.HOST_LOST_SECONDS = 20
-    _host("fresh", heartbeat_age_s=1)
-    _host("leaving", heartbeat_age_s=1, draining=True)
-    _host("silent", heartbeat_age_s=25)
-    _host("silent-draining", heartbeat_age_s=25, draining=True)
+    runner_host("fresh", heartbeat_age_s=1)
+    runner_host("leaving", heartbeat_age_s=1, draining=True)
+    runner_host("silent", heartbeat_age_s=25)
+    runner_host("silent-draining", heartbeat_age_s=25, draining=True)
     states = dict(RunnerHost.objects.with_state().values_list("name", "state"))
     assert states == {
         "fresh": RunnerHostState.UP,
