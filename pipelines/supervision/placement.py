@@ -121,6 +121,12 @@ def _judge_host(host: RunnerHost, state: str, used: int, starting: int, labels: 
     return HostLoad(host=host, state=state, used=used, starting=starting, why_not=why)
 
 
+def lock_hosts() -> None:
+    """Lock every ``RunnerHost`` row (``SELECT ... FOR UPDATE`` in primary-key order) until the surrounding
+    transaction ends: what serializes placers (call inside ``transaction.atomic``)."""
+    list(RunnerHost.objects.select_for_update().order_by("pk").values_list("pk", flat=True))
+
+
 def host_loads(pipeline: Pipeline) -> list[HostLoad]:
     """Every runner host judged for ``pipeline``, fitting ones first in placement order: most free slots,
     then fewest STARTING pipelines (spreads JVM start-ups, which dominate CPU), then name. Counts are of
@@ -251,29 +257,25 @@ def place_and_claim(pipeline_id: int, now: datetime | None = None) -> PipelineRu
         pipeline.state = PipelineState.STARTING
         announce_status(pipeline, run)
         return run
-    loads = host_loads(pipeline)
-    for load in loads:
-        if load.why_not:
-            break
-        with transaction.atomic():
-            host = RunnerHost.objects.select_for_update().get(pk=load.host.pk)
-            # Recount under the host's lock: a placer that held it before us may have taken the last slot.
-            used = (
-                Pipeline.objects.filter(lease_host=host, lease_expires_at__gt=Now())
-                .exclude(pk=pipeline.pk)
-                .count()
-            )
-            if _judge_host(host, load.state, used, 0, pipeline.placement_labels).why_not:
-                continue
+    with transaction.atomic():
+        # Placers queue on the host rows (all of them, in primary-key order, so never a deadlock): each one
+        # counts the leases the previous ones committed, so a burst of starts (a lost host's pipelines
+        # placed at once) spreads over the hosts instead of piling onto the one that looked emptiest to all,
+        # and a last slot is never given twice. Placement is rare and short: heartbeats wait milliseconds.
+        lock_hosts()
+        loads = host_loads(pipeline)
+        chosen = loads[0] if loads and not loads[0].why_not else None
+        if chosen is not None:
             previous = pipeline.state
-            if not _claim(pipeline, now, host):
+            if not _claim(pipeline, now, chosen.host):
                 return None
             # Our UPDATE holds the pipeline row's lock until commit: the epoch read back is the one we set.
             epoch = Pipeline.objects.values_list("lease_epoch", flat=True).get(pk=pipeline.pk)
-            run = _create_run(pipeline, previous, host.name, epoch)
+            run = _create_run(pipeline, previous, chosen.host.name, epoch)
+    if chosen is not None:
         pipeline.state, pipeline.state_reason = PipelineState.STARTING, ""
         announce_status(pipeline, run)
-        log.info("pipeline %s placed on %s under epoch %s", pipeline.name, host.name, epoch)
+        log.info("pipeline %s placed on %s under epoch %s", pipeline.name, chosen.host.name, epoch)
         return run
-    _make_pending(pipeline, pending_reason(host_loads(pipeline), pipeline.placement_labels), now)
+    _make_pending(pipeline, pending_reason(loads, pipeline.placement_labels), now)
     return None

@@ -96,6 +96,35 @@ def test_twenty_placers_racing_for_one_pipeline_make_exactly_one_run_under_epoch
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_burst_of_six_starts_placed_at_once_spreads_two_per_host_over_three_hosts(team, on_postgres):
+    """What a lost host's pipelines meet when they are placed at the same moment: each placer must count the
+    leases the others took, not the loads all of them read before any claim (``lock_hosts``)."""
+    for name in ("runner-a", "runner-b", "runner-c"):
+        _host(name, slots=4)
+    pipelines = [_wanted(team, f"burst-{i}") for i in range(6)]
+    barrier = threading.Barrier(len(pipelines))
+    errors: list[BaseException] = []
+
+    def placer(pipeline: Pipeline) -> None:
+        try:
+            barrier.wait()
+            placement.place_and_claim(pipeline.pk)
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=placer, args=(p,)) for p in pipelines]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    hosts = sorted(PipelineRun.objects.filter(pipeline__in=pipelines).values_list("host", flat=True))
+    assert hosts == ["runner-a", "runner-a", "runner-b", "runner-b", "runner-c", "runner-c"]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_two_one_slot_hosts_take_two_of_three_pipelines_and_the_third_waits_pending_naming_both(
     team, on_postgres
 ):
