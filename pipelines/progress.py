@@ -302,7 +302,7 @@ def live_figures_many(
         .values("pipeline_id")
         .annotate(consumed=Sum("consumed"), produced=Sum("produced"))
     }
-    partitions: dict[int, list[dict[str, Any]]] = {}
+    partitions: dict[int, list[Any]] = {}
     for row in PartitionProgress.objects.filter(pipeline_id__in=ids).values(
         "pipeline_id", "topic", "partition", "lag"
     ):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from typing import cast
 
 import confluent_kafka
 import confluent_kafka.admin
@@ -23,7 +24,7 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from access.models import Role
+from access.models import Role, Team
 from bench.console_world import seed
 from tests.factories import TeamFactory, member
 
@@ -42,7 +43,7 @@ PATHS: dict[str, Callable[[Client, APIClient], int]] = {
 def build_world(n: int) -> tuple[Client, APIClient]:
     """``n`` running pipelines of one team (``bench.console_world.seed``); returns a signed-in page client
     and a token API client of one of the team's operators."""
-    team = TeamFactory(name=f"console-{n}")
+    team = cast(Team, TeamFactory(name=f"console-{n}"))
     admin = member(team, Role.ADMIN, username=f"console-admin-{n}")
     operator = member(team, Role.OPERATOR, username=f"console-operator-{n}")
     assert len(seed(team=team, admin=admin, n=n, prefix=f"console-{n}")) == n
