@@ -30,6 +30,9 @@ ENV STREAMFORGE_SPARK_JARS=/opt/spark-kafka \
 RUN mkdir -p /var/lib/streamforge && chown streamforge /var/lib/streamforge && chmod 0700 /var/lib/streamforge
 USER streamforge
 EXPOSE 8000
-# No --proxy-headers: daphne would take the client address from the left of X-Forwarded-For, which any
-# client can write; STREAMFORGE_BEHIND_PROXY / STREAMFORGE_PROXY_COUNT read the entry the proxy added.
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "streamforge_web.asgi:application"]
+# uvicorn with WEB_CONCURRENCY worker processes (Django's sync views answer one request at a time per process
+# under ASGI; devstack.services.web_command is the same line). --no-proxy-headers: uvicorn would take the
+# client address from X-Forwarded-For, which any client can write; STREAMFORGE_BEHIND_PROXY /
+# STREAMFORGE_PROXY_COUNT read the entry the proxy added. No lifespan events: Django's ASGI handler has none.
+ENV WEB_CONCURRENCY=2
+CMD ["uvicorn", "streamforge_web.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--no-proxy-headers", "--lifespan", "off", "--timeout-graceful-shutdown", "5"]

@@ -439,7 +439,8 @@ class Stack:
 
     NAMES = ("postgres", "web", "worker", "beat")
 
-    def __init__(self) -> None:
+    def __init__(self, names: Sequence[str] = NAMES) -> None:
+        self.names = tuple(names)
         self.profile = _stack_profile()
         self.started: list[str] = []
         self.reused: list[str] = []
@@ -449,7 +450,7 @@ class Stack:
 
         os.environ.update(DENSITY_ENV)  # devstack passes the run's environment to the services it starts
         for svc in services(self.profile):
-            if svc.name not in self.NAMES:
+            if svc.name not in self.names:
                 continue
             if running_process(self.profile, svc.name) is not None:
                 self.reused.append(svc.name)
@@ -674,9 +675,84 @@ def single(argv: list[str] | None = None) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------------------ the console
+
+
+def _seed_console(profile: Any, team: str, n: int, prefix: str) -> None:
+    """``bench.console_world.seed`` on the stack's database (a ``manage.py shell``), as ``density-admin``."""
+    from devstack.services import django_env
+
+    script = f"""
+from django.contrib.auth.models import User
+from access.models import Team
+from bench.console_world import seed
+seed(team=Team.objects.get(name={team!r}), admin=User.objects.get(username="density-admin"), n={n}, prefix={prefix!r})
+"""
+    result = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", script],
+        cwd=REPO, env={**os.environ, **django_env(profile)}, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"could not seed the console's pipelines:\n{result.stdout[-2000:]}{result.stderr[-3000:]}"
+        )
+
+
+_BURN = "import os\nos.nice(10)\nwhile True:\n    pass\n"
+
+
+def burners(count: int) -> list[subprocess.Popen[bytes]]:
+    """``count`` processes spinning a core each at nice 10: the stand-in for drivers that keep the CPU busy
+    (the density row's drivers run at ``STREAMFORGE_DRIVER_NICENESS=10``). Kill them when done."""
+    return [subprocess.Popen([sys.executable, "-c", _BURN]) for _ in range(count)]
+
+
+def console(argv: list[str] | None = None) -> int:
+    """``python -m bench.density console``: the console under load without drivers. On devstack's ``test``
+    stack (PostgreSQL and the web, started when not running, stopped after; Kafka and Redis must answer:
+    ``devstack --profile test up kafka redis``), ``--pipelines`` (20) pipelines RUNNING as far as the
+    database says (``bench.console_world``), ``--burners`` (2) CPU burners at nice 10 for the drivers, and
+    ``--clients`` (20) operators reading ``GET /api/pipelines/``, ``/pipelines/overview.json`` and ``/`` for
+    ``--seconds`` (60) with 1 s between answer and request (``console_load``). Prints the latency per path and
+    overall (ms) as JSON; exits 1 when the p95 misses ``CONSOLE_P95_MS``."""
+    parser = argparse.ArgumentParser(prog="bench.density console")
+    parser.add_argument("--pipelines", type=int, default=20)
+    parser.add_argument("--burners", type=int, default=2)
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--label", default="")
+    args = parser.parse_args(argv)
+    stack = Stack(names=("postgres", "web"))
+    stack.up()
+    spinning: list[subprocess.Popen[bytes]] = []
+    try:
+        team = "console"
+        _admin, operator_token, session = _operator_credentials(stack.profile, team)
+        _seed_console(stack.profile, team, args.pipelines, f"console-{args.pipelines}")
+        operator = Console(f"http://127.0.0.1:{stack.profile.web_port}", operator_token, session)
+        visible = len(operator.states())
+        spinning = burners(args.burners)
+        load = {"start": load1()}
+        result = console_load(operator, clients=args.clients, seconds=args.seconds)
+        load["end"] = load1()
+    finally:
+        for proc in spinning:
+            proc.kill()
+            proc.wait(10)
+        started = list(stack.started)
+        stack.down()
+    p95 = result["overall_ms"].get("p95", float("inf"))
+    print(json.dumps({"label": args.label, "pipelines_visible": visible, "burners": args.burners, "load": load,
+                      "services_started": started, "services_reused": stack.reused, **result}))  # fmt: skip
+    return 0 if p95 <= CONSOLE_P95_MS else 1
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["single"]:
         raise SystemExit(single(sys.argv[2:]))
+    if sys.argv[1:2] == ["console"]:
+        raise SystemExit(console(sys.argv[2:]))
     raise SystemExit(
-        "usage: python -m bench.density single [--env K=V ...]; the scenario runs in `python -m bench run`"
+        "usage: python -m bench.density single [--env K=V ...] | console [--pipelines 20 --clients 20 ...];"
+        " the scenario runs in `python -m bench run`"
     )

@@ -720,9 +720,36 @@ def _manage(profile: Profile, *args: str) -> None:
         )
 
 
+#: Web worker processes per web service when ``WEB_CONCURRENCY`` does not say: one per core of this 2-core
+#: machine. Django's sync views run on one thread per process under ASGI (asgiref's thread-sensitive
+#: executor), so one process answers one request at a time (bench/FINDINGS.md §11, "Console under load").
+WEB_WORKERS = 2
+
+
+def web_workers() -> int:
+    """Worker processes per web: ``WEB_CONCURRENCY`` (the variable uvicorn itself reads, also set in the
+    Dockerfile) when it is a positive integer, else ``WEB_WORKERS``."""
+    value = os.environ.get("WEB_CONCURRENCY", "")
+    return int(value) if value.isdigit() and int(value) > 0 else WEB_WORKERS
+
+
+def web_command(host: str, port: int, workers: int) -> list[str]:
+    """The web's command line: uvicorn serving ``streamforge_web.asgi:application`` (HTTP and websockets;
+    Channels' layer is Redis, shared by every worker) with ``workers`` processes on one listening socket
+    (uvicorn's supervisor restarts a worker that dies). ``--no-proxy-headers``: uvicorn would otherwise take
+    the client address from X-Forwarded-For of any loopback peer, which a client writes itself (the
+    settings' STREAMFORGE_BEHIND_PROXY / STREAMFORGE_PROXY_COUNT read the proxy's entry); ``--lifespan off``:
+    Django's ASGI handler has no lifespan events. The Dockerfile's CMD is the same line."""
+    return [
+        sys.executable, "-m", "uvicorn", "streamforge_web.asgi:application",
+        "--host", host, "--port", str(port), "--workers", str(workers),
+        "--no-proxy-headers", "--lifespan", "off", "--timeout-graceful-shutdown", "5",
+    ]  # fmt: skip
+
+
 def _web(profile: Profile, index: int = 0) -> Service:
-    """The web (daphne) on ``profile.web_ports[index]``; named ``web`` in a one-web stack, ``web-<index+1>``
-    otherwise. Every web migrates before it starts (a no-op once the first did)."""
+    """The web (uvicorn, ``web_command``) on ``profile.web_ports[index]``; named ``web`` in a one-web stack,
+    ``web-<index+1>`` otherwise. Every web migrates before it starts (a no-op once the first did)."""
     port = profile.web_ports[index]
 
     def prepare() -> None:
@@ -732,11 +759,7 @@ def _web(profile: Profile, index: int = 0) -> Service:
         _manage(profile, "collectstatic", "--noinput")
 
     def command() -> list[str]:
-        return [
-            sys.executable, "-m", "daphne",
-            "-b", "127.0.0.1", "-p", str(port),
-            "streamforge_web.asgi:application",
-        ]  # fmt: skip
+        return web_command("127.0.0.1", port, web_workers())
 
     return Service(
         "web" if profile.webs == 1 else f"web-{index + 1}",

@@ -16,6 +16,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NotRequired, TypedDict
@@ -276,28 +277,61 @@ def _progress_update(pipeline: str, sample: MetricSample) -> broadcast.ProgressU
 def live_figures(*, pipeline_id: int, now_ms: int | None = None) -> broadcast.LiveFigures:
     """The pipeline's rates over the last ``RATE_WINDOW_SECONDS`` before ``now_ms`` (default: now), its lag
     over every source partition it has read and the worst of them, and its dead-lettered totals: what the
-    overview shows at first and what each progress update refreshes (two indexed queries and a row)."""
+    overview shows at first and what each progress update refreshes (``live_figures_many`` of one)."""
+    return live_figures_many(pipeline_ids=[pipeline_id], now_ms=now_ms)[pipeline_id]
+
+
+def live_figures_many(
+    *, pipeline_ids: Collection[int], now_ms: int | None = None
+) -> dict[int, broadcast.LiveFigures]:
+    """``live_figures`` of each of ``pipeline_ids``, {pipeline id: figures}, in three queries whatever their
+    number (the window's sums grouped by pipeline along the ``(pipeline, time_ms)`` index, the partition
+    rows, the totals rows): the overview lists every pipeline a user sees, and a query or three per row made
+    it the console's slowest page (bench/FINDINGS.md §11, "Console under load"). Figures come from what the
+    progress ingest stored; no Kafka call. A pipeline with nothing stored gets zero rates, lag None."""
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
-    window = MetricSample.objects.filter(
-        pipeline_id=pipeline_id, time_ms__gte=now_ms - RATE_WINDOW_SECONDS * 1000, time_ms__lte=now_ms
-    ).aggregate(consumed=Sum("consumed"), produced=Sum("produced"))
-    rows = list(PartitionProgress.objects.filter(pipeline_id=pipeline_id).values("topic", "partition", "lag"))
-    worst = max(rows, key=lambda row: (row["lag"], row["topic"], -row["partition"]), default=None)
-    dead_lettered, dlq_records = PipelineTotals.objects.filter(pipeline_id=pipeline_id).values_list(
-        "dead_lettered", "dlq_records"
-    ).first() or (0, 0)
-    return {
-        "consumed_per_second": float(window["consumed"] or 0) / RATE_WINDOW_SECONDS,
-        "produced_per_second": float(window["produced"] or 0) / RATE_WINDOW_SECONDS,
-        "lag": sum(row["lag"] for row in rows) if rows else None,
-        "worst_partition": (
-            {"topic": worst["topic"], "partition": worst["partition"], "lag": worst["lag"]}
-            if worst is not None
-            else None
-        ),
-        "dead_lettered": int(dead_lettered or 0),
-        "dlq_records": int(dlq_records or 0),
+    ids = list(pipeline_ids)
+    if not ids:
+        return {}
+    windows = {
+        row["pipeline_id"]: row
+        for row in MetricSample.objects.filter(
+            pipeline_id__in=ids, time_ms__gte=now_ms - RATE_WINDOW_SECONDS * 1000, time_ms__lte=now_ms
+        )
+        .order_by()
+        .values("pipeline_id")
+        .annotate(consumed=Sum("consumed"), produced=Sum("produced"))
     }
+    partitions: dict[int, list[Any]] = {}
+    for row in PartitionProgress.objects.filter(pipeline_id__in=ids).values(
+        "pipeline_id", "topic", "partition", "lag"
+    ):
+        partitions.setdefault(row["pipeline_id"], []).append(row)
+    totals = {
+        pipeline_id: (dead_lettered, dlq_records)
+        for pipeline_id, dead_lettered, dlq_records in PipelineTotals.objects.filter(
+            pipeline_id__in=ids
+        ).values_list("pipeline_id", "dead_lettered", "dlq_records")
+    }
+    figures: dict[int, broadcast.LiveFigures] = {}
+    for pipeline_id in ids:
+        window = windows.get(pipeline_id, {})
+        rows = partitions.get(pipeline_id, [])
+        worst = max(rows, key=lambda row: (row["lag"], row["topic"], -row["partition"]), default=None)
+        dead_lettered, dlq_records = totals.get(pipeline_id, (0, 0))
+        figures[pipeline_id] = {
+            "consumed_per_second": float(window.get("consumed") or 0) / RATE_WINDOW_SECONDS,
+            "produced_per_second": float(window.get("produced") or 0) / RATE_WINDOW_SECONDS,
+            "lag": sum(row["lag"] for row in rows) if rows else None,
+            "worst_partition": (
+                {"topic": worst["topic"], "partition": worst["partition"], "lag": worst["lag"]}
+                if worst is not None
+                else None
+            ),
+            "dead_lettered": int(dead_lettered or 0),
+            "dlq_records": int(dlq_records or 0),
+        }
+    return figures
 
 
 # ------------------------------------------------------------------------------------------ reading back

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 
 from access.permissions import AnyUser, visible_teams
 from pipelines import progress
@@ -26,6 +26,26 @@ def visible_pipelines(user: AnyUser) -> QuerySet[Pipeline]:
         Pipeline.objects.filter(team__in=visible_teams(user))
         .select_related("team", "current_revision")
         .order_by("name")
+    )
+
+
+def with_latest_runs(pipelines: QuerySet[Pipeline]) -> QuerySet[Pipeline]:
+    """``pipelines`` with what a list of them shows per row read in a constant number of queries: the lease
+    holder joined (``lease_host``), ``running_revision_number`` annotated (the revision number of the newest
+    active run, None when none is active: ``lifecycle.revision_numbers``'s second half) and ``latest_runs``
+    prefetched (a list holding the newest run with its revision, empty for a pipeline never run; newest by
+    ``(-started_at, -id)``, one query for the page through Django's sliced prefetch, a window function). The
+    list API serialises these without a query per pipeline (``PipelineSerializer``)."""
+    running = (
+        PipelineRun.objects.filter(pipeline=OuterRef("pk"), state__in=ACTIVE_STATES)
+        .order_by("-started_at", "-id")
+        .values("revision__number")[:1]
+    )
+    newest = PipelineRun.objects.select_related("revision").order_by("-started_at", "-id")
+    return (
+        pipelines.select_related("lease_host")
+        .annotate(running_revision_number=Subquery(running))
+        .prefetch_related(Prefetch("runs", queryset=newest[:1], to_attr="latest_runs"))
     )
 
 
@@ -64,7 +84,9 @@ class OverviewRow:
 
 
 def overview_rows(user: AnyUser, *, now_ms: int | None = None) -> list[OverviewRow]:
-    """Every pipeline the user may see, with its live figures, firing alerts and DLQ backlog, by name."""
+    """Every pipeline the user may see, with its live figures, firing alerts and DLQ backlog, by name: a
+    constant number of queries whatever the number of pipelines (figures by ``live_figures_many``, the rest
+    one query per kind), no Kafka call."""
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
     pipelines = list(visible_pipelines(user))
     firing: dict[int, list[dict[str, str]]] = {}
@@ -73,6 +95,7 @@ def overview_rows(user: AnyUser, *, now_ms: int | None = None) -> list[OverviewR
             {"rule": alert.rule, "severity": alert.severity, "summary": alert.summary}
         )
     backlog = parked_backlog([p.pk for p in pipelines])
+    figures = progress.live_figures_many(pipeline_ids=[p.pk for p in pipelines], now_ms=now_ms)
     running = dict(
         PipelineRun.objects.filter(pipeline__in=pipelines, state__in=ACTIVE_STATES).values_list(
             "pipeline_id", "revision__number"
@@ -87,7 +110,7 @@ def overview_rows(user: AnyUser, *, now_ms: int | None = None) -> list[OverviewR
             state_reason=p.state_reason,
             revision=p.current_revision.number if p.current_revision else None,
             running_revision=running.get(p.pk),
-            figures=progress.live_figures(pipeline_id=p.pk, now_ms=now_ms),
+            figures=figures[p.pk],
             alerts=firing.get(p.pk, []),
             dlq_backlog=backlog.get(p.pk, 0),
         )

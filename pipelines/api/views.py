@@ -42,6 +42,7 @@ from pipelines.api.serializers import (
 )
 from pipelines.models import Pipeline
 from pipelines.progress import pipeline_metrics
+from pipelines.selectors import with_latest_runs
 from pipelines.services import (
     PipelineBusy,
     SampleError,
@@ -249,8 +250,9 @@ class PipelineViewSet(viewsets.GenericViewSet[Pipeline]):
         )
 
     def list(self, request: Request) -> Response:
-        """Every visible pipeline with its state (paginated)."""
-        page = self.paginate_queryset(self.get_queryset())
+        """Every visible pipeline with its state (paginated); a constant number of queries per page
+        (``selectors.with_latest_runs``)."""
+        page = self.paginate_queryset(with_latest_runs(self.get_queryset()))
         data = PipelineSerializer(page, many=True).data
         return self.get_paginated_response(data)
 

@@ -1,6 +1,6 @@
-"""Real-browser fixtures: a real ASGI server (daphne, so websockets work) in its own process, serving the
-test database (PostgreSQL's, or SQLite's in a file: see ``tests/database.py``) over the real Redis
-channel layer, and Debian's Chromium driven by Playwright.
+"""Real-browser fixtures: a real ASGI server (uvicorn as devstack runs it, so websockets work) in its own
+processes, serving the test database (PostgreSQL's, or SQLite's in a file: see ``tests/database.py``) over
+the real Redis channel layer, and Debian's Chromium driven by Playwright.
 
 Tests that use these are marked ``browser`` and need the test Redis (and Kafka for readiness) that
 ``make test`` starts, plus ``/usr/bin/chromium`` (``devstack system`` installs it).
@@ -12,7 +12,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -26,6 +25,7 @@ from django.conf import settings
 from django.db import connection, connections
 from django.test import Client
 
+from devstack.services import WEB_WORKERS, web_command
 from tests.database import child_database_url
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,8 +40,10 @@ def _free_port() -> int:
 
 
 class AsgiServer:
-    """``daphne streamforge_web.asgi:application`` on a free port, started and stopped by the tests (a
-    test may ``stop`` and ``start`` it again on the same port to drop every websocket)."""
+    """The web as devstack runs it (``devstack.services.web_command``: uvicorn, ``WEB_WORKERS`` processes, so a
+    websocket and the request that makes its update may be served by different processes, joined by the Redis
+    channel layer) on a free port, started and stopped by the tests (a test may ``stop`` and ``start`` it
+    again on the same port to drop every websocket)."""
 
     def __init__(self, database_url: str, log_path: Path) -> None:
         self.port = _free_port()
@@ -71,16 +73,7 @@ class AsgiServer:
         }
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(self.port),
-                "streamforge_web.asgi:application",
-            ],
+            web_command("127.0.0.1", self.port, WEB_WORKERS),
             cwd=REPO,
             env=env,
             stdout=log,
@@ -90,14 +83,14 @@ class AsgiServer:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"daphne exited with {self.process.returncode}; see {self.log_path}")
+                raise RuntimeError(f"the web exited with {self.process.returncode}; see {self.log_path}")
             try:
                 with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as response:  # noqa: S310
                     if response.status == 200:
                         return
             except OSError:
                 time.sleep(0.1)
-        raise RuntimeError(f"daphne did not answer /healthz within 30 s; see {self.log_path}")
+        raise RuntimeError(f"the web did not answer /healthz within 30 s; see {self.log_path}")
 
     def stop(self) -> None:
         if self.process is not None:

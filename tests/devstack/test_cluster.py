@@ -137,7 +137,7 @@ def test_two_webs_on_two_ports_and_two_beats_with_their_own_schedule_files(clust
     assert found["web-2"].ports == (cluster.web_port + 1,)
     for name, port in (("web-1", cluster.web_port), ("web-2", cluster.web_port + 1)):
         command = found[name].command()
-        assert command[command.index("-p") + 1] == str(port)
+        assert command[command.index("--port") + 1] == str(port)
     schedules = []
     for name in ("beat-1", "beat-2"):
         command = found[name].command()
