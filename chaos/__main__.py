@@ -124,7 +124,7 @@ def _run(
     bootstrap = stack.profile.kafka_bootstrap
     modes = pipeline_keys(modes, args.copies)
     actor = setup_team()
-    leftovers = stop_leftovers(actor)
+    leftovers = stop_leftovers(actor, every_team=bool(stack.profile.spark_port))
     tag = new_tag()
     source_topic = create_topics(bootstrap, tag, modes)
     feeder = Feeder(bootstrap, source_topic, rate=args.rate, corrupt_every=args.corrupt_every)

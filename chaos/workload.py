@@ -271,11 +271,17 @@ def setup_team() -> User:
     return user
 
 
-def stop_leftovers(actor: User) -> list[str]:
+def stop_leftovers(actor: User, *, every_team: bool = False) -> list[str]:
     """Ask every pipeline of an earlier chaos run that still wants to run to stop (a run interrupted hard
-    leaves them RUNNING; their drivers would compete for the cores)."""
+    leaves them RUNNING; their drivers would compete for the cores); with ``every_team``, every pipeline of
+    the stack: on a profile with its own Spark master, any other running pipeline holds executor cores of
+    the standalone cluster, and the run's pipelines would wait for cores ("Initial job has not accepted any
+    resources") instead of starting. Returns the names asked to stop."""
     names = []
-    for pipeline in Pipeline.objects.filter(team__name=TEAM, desired_state=DesiredState.RUNNING):
+    wanted = Pipeline.objects.filter(desired_state=DesiredState.RUNNING)
+    if not every_team:
+        wanted = wanted.filter(team__name=TEAM)
+    for pipeline in wanted:
         request_stop(actor=actor, pipeline=pipeline, reason="chaos: leftover of an earlier run")
         names.append(pipeline.name)
     return names
