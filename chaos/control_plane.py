@@ -65,8 +65,8 @@ def run(ctx: Context) -> FaultResult:
         result.actions.append(f"+{time.monotonic() - began:.0f}s {name} started again ({took:.1f}s)")
     ctx.settle(result, time.monotonic())
     for mode, r in result.modes.items():
-        was, now = batches_before.get(mode), batches_after.get(mode)
-        advanced = now is not None and (was is None or now > was)
+        was, became = batches_before.get(mode), batches_after.get(mode)
+        advanced = became is not None and (was is None or became > was)
         r.checks.update({"same_run": mode not in moved, "batches_advanced_while_down": advanced})
         if mode in moved:
             r.failures.append("its run changed while a web and a beat were down")
