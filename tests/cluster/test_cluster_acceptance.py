@@ -56,6 +56,7 @@ def _failover_times(report: dict[str, Any], fault: str) -> dict[str, float | Non
 
 
 @pytest.mark.cluster
+@pytest.mark.timeout(3700)  # the suite's 600 s default would kill the chaos run mid-fault
 def test_six_pipelines_survive_routed_actions_a_control_plane_loss_a_host_crash_a_partition_and_a_drain(
     tmp_path,
 ):
@@ -71,6 +72,7 @@ def test_six_pipelines_survive_routed_actions_a_control_plane_loss_a_host_crash_
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(3 * 3600 + 100)
 def test_thirty_minutes_of_random_host_crashes_lose_nothing(tmp_path):
     code, report = _chaos(
         tmp_path / "soak", "--faults", "host_kill_loop", "--soak-minutes", "30", timeout=3 * 3600
