@@ -20,8 +20,10 @@ import pytest
 from chaos.host_crash import FAILOVER_BOUND_S
 
 REPO = Path(__file__).resolve().parents[2]
-#: The acceptance: six pipelines (three per delivery mode), 500 records/s into each.
-COPIES, RATE = "3", "500"
+#: The acceptance: six pipelines (three per delivery mode), 500 records/s into each. On 2 cores the cluster
+#: profile's six drivers, six executors and broker saturate the machine at that rate (micro-batches 100-250 s
+#: behind): ``STREAMFORGE_CLUSTER_RATE`` sets a rate the machine at hand sustains.
+COPIES, RATE = "3", os.environ.get("STREAMFORGE_CLUSTER_RATE", "500")
 
 
 def _chaos(out: Path, *args: str, timeout: float) -> tuple[int, dict[str, Any]]:
