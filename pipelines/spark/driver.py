@@ -127,6 +127,9 @@ class DriverOptions:
     #: On a standalone cluster: the address executors reach this driver at, and the cores it may take.
     driver_host: str | None = None
     cores_max: int | None = None
+    #: Run the warm-up (``Driver._warm_up``) before the query starts. Off for a takeover, where the time to the
+    #: first committed batch on the new host counts and that batch starts the Python workers anyway.
+    warm_up: bool = True
 
 
 class ConfigError(Exception):
@@ -586,7 +589,8 @@ class Driver:
                 source_partitions(self.admin, spec.source.topics),
                 self.session.sparkContext.defaultParallelism,
             )
-        self._warm_up()
+        if options.warm_up:
+            self._warm_up()
         reader = (
             self.session.readStream.format("kafka")
             .options(**spark_kafka_options(options.kafka))
@@ -877,6 +881,9 @@ def main(argv: list[str] | None = None) -> int:
         "--driver-host", default=None, help="spark.driver.host: where executors reach the driver"
     )
     parser.add_argument("--cores-max", type=int, default=None, help="spark.cores.max on a standalone cluster")
+    parser.add_argument(
+        "--no-warm-up", action="store_true", help="start the query without the warm-up (a takeover)"
+    )
     args = parser.parse_args(argv)
     if args.lease_file is not None and args.epoch is None:
         parser.error("--lease-file needs --epoch (the lease names the epoch this run holds)")
@@ -896,6 +903,7 @@ def main(argv: list[str] | None = None) -> int:
         fence_margin_seconds=args.fence_margin,
         driver_host=args.driver_host,
         cores_max=args.cores_max,
+        warm_up=not args.no_warm_up,
     )
     driver: Driver | None = None
     try:

@@ -83,7 +83,9 @@ def driver_command(run: PipelineRun, spec_file: Path, conn: KafkaConnection) -> 
     """The driver's command line for ``run`` on ``conn``'s cluster (master and jars from settings). Only the
     bootstrap servers of the connection appear: its credentials go in the environment (``_launch``). A run
     claimed under a lease also gets ``--epoch N --lease-file PATH`` (its fence re-reads that file before
-    each commit: ``pipelines.spark.fence``); on a ``spark://`` master, ``--driver-host`` and ``--cores-max``."""
+    each commit: ``pipelines.spark.fence``); on a ``spark://`` master, ``--driver-host`` and ``--cores-max``; a
+    takeover (``is_takeover``) gets ``--no-warm-up``: its clock runs from the host's loss to the first batch
+    committed elsewhere, and that batch starts the Python workers the warm-up would have."""
     lease: list[str] = []
     if run.epoch is not None:
         lease = [
@@ -112,7 +114,21 @@ def driver_command(run: PipelineRun, spec_file: Path, conn: KafkaConnection) -> 
         "--jars", ",".join(settings.SPARK_JARS),
         *lease,
         *cluster,
+        *(["--no-warm-up"] if is_takeover(run) else []),
     ]  # fmt: skip
+
+
+def is_takeover(run: PipelineRun) -> bool:
+    """Whether ``run`` resumes a pipeline whose previous run ended because its lease expired (``HostLost``:
+    the host crashed or was cut off), i.e. a failover rather than a start, restart or crash recovery."""
+    previous = (
+        PipelineRun.objects.filter(pipeline_id=run.pipeline_id, ended_at__isnull=False)
+        .exclude(pk=run.pk)
+        .order_by("-ended_at", "-pk")
+        .values_list("error_type", flat=True)
+        .first()
+    )
+    return previous == "HostLost"
 
 
 def _claim_start(pipeline: Pipeline, now: datetime) -> PipelineState | None:

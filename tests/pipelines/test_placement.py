@@ -5,6 +5,7 @@ whose host was lost. Real PostgreSQL (``STREAMFORGE_DB=postgres``): the claim re
 from __future__ import annotations
 
 import threading
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -358,6 +359,7 @@ def test_the_owner_writes_the_lease_file_before_the_driver_exists_and_passes_its
     assert command[command.index("--epoch") + 1] == "1"
     assert command[command.index("--lease-file") + 1] == str(processes.lease_path("owned", run.run_id))
     assert command[command.index("--checkpoint-dir") + 1] == f"{tmp_path}/checkpoints/owned"
+    assert "--no-warm-up" not in command, "a first start warms up"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -424,3 +426,21 @@ def test_two_beats_reconciling_at_once_end_an_expired_run_once_and_place_it_once
     runs = PipelineRun.objects.filter(pipeline=pipeline)
     assert runs.count() == 2
     assert Pipeline.objects.get(pk=pipeline.pk).lease_epoch == 2
+
+
+@pytest.mark.django_db
+def test_only_a_takeover_after_a_lost_host_skips_the_warm_up(team):
+    from pipelines.supervision.launcher import is_takeover
+
+    _host("runner-a", slots=2)
+    pipeline = _wanted(team, "moved")
+    run = placement.place_and_claim(pipeline.pk)
+    assert run is not None
+    assert not is_takeover(run), "no earlier run"
+    earlier = PipelineRun.objects.create(
+        pipeline=pipeline, revision=run.revision, run_id=uuid.uuid4(), attempt=1, state=PipelineState.RESTARTING,
+        host="runner-b", epoch=0, ended_at=timezone.now(), error_type="Killed",
+    )  # fmt: skip
+    assert not is_takeover(run), "a crash recovery warms up as a start does"
+    PipelineRun.objects.filter(pk=earlier.pk).update(error_type="HostLost")
+    assert is_takeover(run)
