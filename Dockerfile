@@ -28,6 +28,11 @@ ENV STREAMFORGE_SPARK_JARS=/opt/spark-kafka \
     STREAMFORGE_STATE_DIR=/var/lib/streamforge \
     PYTHONUNBUFFERED=1
 RUN mkdir -p /var/lib/streamforge && chown streamforge /var/lib/streamforge && chmod 0700 /var/lib/streamforge
+# The driver JVM's class-data-sharing archive (pipelines.spark.class_archive: a third less JVM CPU per start).
+RUN mkdir -p /opt/streamforge \
+ && python -m pipelines.spark.class_archive dump /opt/streamforge/driver.jsa \
+      --jars "$(find /opt/spark-kafka -name '*.jar' | sort | paste -sd, -)"
+ENV STREAMFORGE_DRIVER_CLASS_ARCHIVE=/opt/streamforge/driver.jsa
 USER streamforge
 EXPOSE 8000
 # uvicorn with WEB_CONCURRENCY worker processes (Django's sync views answer one request at a time per process

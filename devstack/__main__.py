@@ -152,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(jars.kafka_jars())
             print(",".join(str(p) for p in jars.spark_jars()))
+            print(jars.driver_class_archive() or "devstack: no driver class archive")
         elif args.command == "fetch":
             print(jars.kafka_jars())
             print(",".join(str(p) for p in jars.spark_jars()))

@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import zipfile
 from importlib.metadata import version
 from pathlib import Path
@@ -188,3 +189,52 @@ def spark_jars() -> list[Path]:
     """Every jar a pipeline driver needs (``STREAMFORGE_SPARK_JARS``): the Kafka connector set, RE2/J and our
     regex UDF jar, fetched or built on first use. Raises JarFetchError."""
     return [*spark_connector_jars(), re2j_jar(), regex_udf_jar()]
+
+
+def _java_binary() -> str:
+    """The ``java`` PySpark starts: ``$JAVA_HOME/bin/java`` or the first on PATH (resolved), "" when none."""
+    home = os.environ.get("JAVA_HOME")
+    found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    return os.path.realpath(found) if found else ""
+
+
+def driver_class_archive_path() -> Path:
+    """Where the driver JVM's class-data-sharing archive (``pipelines.spark.class_archive``) for this
+    environment lives: the key covers what HotSpot validates the archive against (the JVM, the installed
+    pyspark and its jars, this virtualenv's path in the class path) and the jars a driver is given."""
+    digest = hashlib.sha256()
+    digest.update(f"java={_java_binary()} pyspark={spark_version()} prefix={sys.prefix}".encode())
+    for name in sorted(p.name for p in _pyspark_jars().glob("*.jar")):
+        digest.update(name.encode() + b"\0")
+    for jar in spark_jars():
+        digest.update(str(jar).encode() + b"\0")
+    return cache_dir() / f"driver-cds-{digest.hexdigest()[:16]}" / "driver.jsa"
+
+
+def driver_class_archive() -> Path | None:
+    """The driver JVM's class archive, dumped on first use (one driver-like session: ~1-2 minutes of CPU) and
+    reused afterwards; None, with a warning, when the dump fails: drivers then start without it (slower, not
+    broken). Rerun-safe: a half-written archive is never used."""
+    target = driver_class_archive_path()
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    partial.unlink(missing_ok=True)
+    print(
+        f"devstack: dumping the driver JVM's class archive {target.parent.name}/{target.name} ...", flush=True
+    )
+    env = {k: v for k, v in os.environ.items() if k != "STREAMFORGE_DRIVER_CLASS_ARCHIVE"}
+    command = [sys.executable, "-m", "pipelines.spark.class_archive", "dump", str(partial)]
+    command += ["--jars", ",".join(str(p) for p in spark_jars())]
+    try:
+        done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        done = None
+    if done is None or done.returncode != 0 or not partial.is_file():
+        tail = "timed out" if done is None else (done.stderr or done.stdout)[-1500:]
+        print(f"devstack: warning: no driver class archive (drivers start without it): {tail}", flush=True)
+        partial.unlink(missing_ok=True)
+        return None
+    partial.rename(target)
+    return target

@@ -29,6 +29,7 @@ def test_every_application_container_gets_the_settings_the_local_stack_uses():
         "DJANGO_SETTINGS_MODULE",  # the image's default
         "STREAMFORGE_SPARK_JARS",  # baked into the image
         "STREAMFORGE_STATE_DIR",  # baked into the image
+        "STREAMFORGE_DRIVER_CLASS_ARCHIVE",  # dumped into the image (Dockerfile)
         "STREAMFORGE_WEB_URL",  # only the demo script reads it
     }
     for name in APP_SERVICES:

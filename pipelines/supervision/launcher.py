@@ -271,6 +271,7 @@ DRIVER_ENV_NAMES = frozenset(
         # The host's sizing of its drivers (pipelines.spark.session: SIZING_ENV, CORES_ENV, CONF_ENV) and
         # glibc's malloc arenas (see DRIVER_ENV_DEFAULTS).
         "STREAMFORGE_DRIVER_SIZING", "STREAMFORGE_DRIVER_CORES", "STREAMFORGE_DRIVER_CONF", "MALLOC_ARENA_MAX",
+        "STREAMFORGE_DRIVER_CLASS_ARCHIVE",  # the driver JVM's class archive (pipelines.spark.class_archive)
     }
 )  # fmt: skip
 #: What a driver gets when the worker's environment does not say otherwise: at most 2 glibc malloc arenas per
