@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Literal
 
 from confluent_kafka import (
@@ -273,6 +274,32 @@ class BrowsedRecord:
     lineage: LineageLink | None
     test_by: str
     erased: bool = False
+
+    @property
+    def time(self) -> datetime | None:
+        """The timestamp as an aware UTC datetime (for the ``utc_time`` filter); None without one."""
+        return None if self.timestamp_ms is None else datetime.fromtimestamp(self.timestamp_ms / 1000, UTC)
+
+    @property
+    def key_preview(self) -> str:
+        """The key on one line, at most ``PREVIEW_CHARS`` characters, as the viewer may see it."""
+        return _preview(self.key)
+
+    @property
+    def value_preview(self) -> str:
+        """The value on one line, at most ``PREVIEW_CHARS`` characters, as the viewer may see it."""
+        return _preview(self.value)
+
+
+#: A compact row shows at most this many characters of the key and of the value.
+PREVIEW_CHARS = 160
+
+
+def _preview(view: presenters.PayloadView) -> str:
+    if view.encoding == "null":
+        return ""
+    text = " ".join(view.raw.split())
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 
 @dataclass(frozen=True)
@@ -625,6 +652,16 @@ class ScanRange:
     first: int
     next: int
     end: int
+
+    @property
+    def read(self) -> int:
+        """Offsets read so far (records, or fewer on a compacted topic)."""
+        return self.next - self.first
+
+    @property
+    def size(self) -> int:
+        """Offsets in the whole range."""
+        return self.end - self.first
 
 
 @dataclass(frozen=True)

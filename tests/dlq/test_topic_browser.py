@@ -332,7 +332,7 @@ def test_search_matches_keys_and_values_by_substring_or_dsl_over_a_bounded_range
 
 
 def test_bad_search_tail_and_group_input_is_a_400_naming_the_field_and_another_team_gets_404(
-    people, pipeline, topics
+    client, people, pipeline, topics
 ):
     operator, source = people["operator"], topics["source"]
     refused = search(operator, pipeline, source, 400, q="AND:/n,>", mode="dsl")
@@ -352,9 +352,11 @@ def test_bad_search_tail_and_group_input_is_a_400_naming_the_field_and_another_t
     assert "after" in tail.json()
 
     foreign = api_for(people["foreign"])
+    client.force_login(people["foreign"])
     for what in ("search/?q=x", "tail/", "groups/"):
         assert foreign.get(f"/api/pipelines/{pipeline.name}/topics/{source}/{what}").status_code == 404
-        assert foreign.get(f"/pipelines/{pipeline.name}/topics/{source}/{what}").status_code == 404
+    for what in ("search/?q=x", "tail/"):
+        assert client.get(f"/pipelines/{pipeline.name}/topics/{source}/{what}").status_code == 404
 
 
 def test_the_tail_returns_what_was_written_since_its_position(people, pipeline, topics, kafka_bootstrap):
@@ -371,7 +373,7 @@ def test_the_tail_returns_what_was_written_since_its_position(people, pipeline, 
 
 
 def test_consumer_groups_reading_the_topic_with_committed_end_and_lag_per_partition(
-    people, pipeline, topics, kafka_bootstrap, kafka_admin, make_topic
+    client, people, pipeline, topics, kafka_bootstrap, kafka_admin, make_topic
 ):
     events(kafka_bootstrap, topics["source"], 10)
     elsewhere = make_topic("another-teams")
@@ -394,3 +396,15 @@ def test_consumer_groups_reading_the_topic_with_committed_end_and_lag_per_partit
     assert not groups[reader]["pipeline_group"]
     assert stranger not in groups  # reads only a topic that is not the team's
 
+    client.force_login(people["viewer"])
+    page = client.get(f"/pipelines/{pipeline.name}/topics/{topics['source']}/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert f'data-group="{reader}"' in html
+    assert stranger not in html
+    refused = client.get(
+        f"/pipelines/{pipeline.name}/topics/{topics['source']}/search/", {"q": "/n,>", "mode": "dsl"}
+    )
+    assert refused.status_code == 400
+    assert 'data-error-field="q"' in refused.content.decode()
+    assert "at character 4: expected /path,OP,value" in refused.content.decode()
