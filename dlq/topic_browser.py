@@ -996,6 +996,6 @@ def topic_groups(pipeline: Pipeline, topic: str, *, timeout: float = 5.0) -> lis
             )
             for p in sorted(watermarks)
         ]
-        found.append(TopicGroup(name, states.get(name, "unknown"), offsets, name == own))
+        found.append(TopicGroup(name, states.get(name, "not on the broker yet"), offsets, name == own))
     found.sort(key=lambda g: (not g.pipeline_group, g.group))
     return found
