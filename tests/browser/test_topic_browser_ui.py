@@ -20,6 +20,7 @@ from pipelines.models import Pipeline
 from pipelines.services import create_pipeline
 from streamforge_core.kafka import KafkaConnection, producer_config
 from tests.browser.conftest import screenshot
+from tests.browser.test_csp import Watcher
 from tests.dlq.conftest import github_spec
 from tests.factories import TeamFactory, member
 
@@ -73,10 +74,11 @@ def events(topic: str, numbers: range) -> None:
     assert producer.flush(30) == 0
 
 
-def test_search_tail_and_compact_rows_of_the_topic_browser(open_page, people, pipeline):
+def test_search_tail_and_compact_rows_of_the_topic_browser(open_page, asgi_server, people, pipeline):
     source = pipeline.current_revision.spec["source"]["topics"][0]
     events(source, range(30))
     page = open_page(people["operator"], timezone_id="Asia/Kolkata")
+    watcher = Watcher(page, asgi_server.url)
     page.goto(f"/pipelines/{pipeline.name}/topics/{source}/")
 
     # Compact rows, newest first: coordinates, time, key and value on one line; the record when expanded.
@@ -106,6 +108,7 @@ def test_search_tail_and_compact_rows_of_the_topic_browser(open_page, people, pi
     found = search.get_by_test_id("search-results").get_by_test_id("record")
     expect(found).to_have_count(10)
     expect(found.first.get_by_test_id("record-key-preview")).to_have_text("order-0")
+    assert watcher.problems() == []  # no CSP violation, no script error (the refusal below logs its 400)
     search.get_by_test_id("search-mode").select_option("dsl")
     search.get_by_test_id("search-q").fill("AND:/n,>=,20:/type,==,PushEvent")
     search.get_by_test_id("search-run").click()
