@@ -980,10 +980,16 @@ def topic_groups(pipeline: Pipeline, topic: str, *, timeout: float = 5.0) -> lis
     if own and own not in names:
         names.insert(0, own)
     partitions = [TopicPartition(topic, p) for p in sorted(watermarks)]
+    # One OffsetFetch per group (the client takes one group per request), all sent before any is awaited.
+    pending = {
+        name: admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(name, partitions)], request_timeout=timeout
+        )[name]
+        for name in names
+    }
     found: list[TopicGroup] = []
-    for name in names:
-        request = [ConsumerGroupTopicPartitions(name, partitions)]
-        result = admin.list_consumer_group_offsets(request, request_timeout=timeout)[name].result(timeout)
+    for name, future in pending.items():
+        result = future.result(timeout)
         committed = {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
         if not committed and name != own:
             continue
