@@ -14,6 +14,13 @@ It lives in the ``dlq`` app, not in ``pipelines``, because what a viewer may see
 the pretty / raw / hex views) is the DLQ console's, and ``pipelines`` may not import ``dlq``; moving the
 masking down would have moved half of ``dlq.services.rendering`` and ``dlq.presenters`` for one caller.
 
+Search (``search``) reads a bounded range (at most ``max_scan`` records per partition from a start offset or
+time) in steps of at most ``SEARCH_STEP_SECONDS``, each answering with its matches, what it scanned and a
+cursor to go on, so progress is shown and no request holds a worker for long; it matches what the viewer may
+see (masked text, masked DSL fields) and never an erased record. A live tail (``tail``) returns what was
+written since a position. ``topic_groups`` lists the consumer groups that read an owned topic, with their
+committed offset, the end offset and the lag per partition, and nothing of the other topics they read.
+
 Reading never joins a consumer group: partitions are assigned with explicit offsets, nothing is committed
 (``enable.auto.commit=false``, no offset store, a throwaway group id the broker never hears of as a
 group), and every read is bounded by ``READ_TIMEOUT_SECONDS`` and ``READ_MAX_BYTES``.

@@ -1,7 +1,8 @@
 """Pages of the topic browser (under /pipelines/<name>/): the pipeline's topics, one topic's partitions,
 configs, group lag and records (masked for viewers as the DLQ message page masks), a source record's
 outcome per destination (the page refreshes itself until every destination has one), and the test message
-form for operators. Another team's pipeline, and a topic the pipeline does not own, are 404.
+form for operators. The topic page's script asks ``search/`` and ``tail/`` for compact rows (one bounded
+search step, or the records written since a position) rendered by the same template as the page's own. Another team's pipeline, and a topic the pipeline does not own, are 404.
 
 Thin: they read the query string and call ``dlq.topic_browser`` / ``dlq.test_messages``. The test message
 form posts to its page, which calls the same service function as the API (same role check, same audit).
@@ -191,6 +192,8 @@ def topic_search_rows(request: HttpRequest, name: str, topic: str) -> HttpRespon
     from_time_ms = _time_param(request, errors)
     max_scan = _int_param(request, "max_scan", errors)
     mode = request.GET.get("mode", "text")
+    if len(request.GET.get("q", "")) > 10_000:
+        errors["q"] = "at most 10,000 characters"
     if mode not in ("text", "dsl"):
         errors["mode"] = "text or dsl"
     if errors:
