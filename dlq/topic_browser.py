@@ -14,6 +14,13 @@ It lives in the ``dlq`` app, not in ``pipelines``, because what a viewer may see
 the pretty / raw / hex views) is the DLQ console's, and ``pipelines`` may not import ``dlq``; moving the
 masking down would have moved half of ``dlq.services.rendering`` and ``dlq.presenters`` for one caller.
 
+Search (``search``) reads a bounded range (at most ``max_scan`` records per partition from a start offset or
+time) in steps of at most ``SEARCH_STEP_SECONDS``, each answering with its matches, what it scanned and a
+cursor to go on, so progress is shown and no request holds a worker for long; it matches what the viewer may
+see (masked text, masked DSL fields) and never an erased record. A live tail (``tail``) returns what was
+written since a position. ``topic_groups`` lists the consumer groups that read an owned topic, with their
+committed offset, the end offset and the lag per partition, and nothing of the other topics they read.
+
 Reading never joins a consumer group: partitions are assigned with explicit offsets, nothing is committed
 (``enable.auto.commit=false``, no offset store, a throwaway group id the broker never hears of as a
 group), and every read is bounded by ``READ_TIMEOUT_SECONDS`` and ``READ_MAX_BYTES``.
@@ -26,9 +33,17 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Literal
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_END,
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, ConfigResource
 from django.db.models import Q, QuerySet
 
@@ -36,6 +51,7 @@ from access.permissions import AnyUser
 from dlq import presenters, services
 from dlq.models import ProducedTestMessage
 from dlq.services import erasure
+from pipelines import dsl
 from pipelines.clusters import connection_for
 from pipelines.lag import consumer_group_lag
 from pipelines.models import Pipeline
@@ -265,6 +281,32 @@ class BrowsedRecord:
     lineage: LineageLink | None
     test_by: str
     erased: bool = False
+
+    @property
+    def time(self) -> datetime | None:
+        """The timestamp as an aware UTC datetime (for the ``utc_time`` filter); None without one."""
+        return None if self.timestamp_ms is None else datetime.fromtimestamp(self.timestamp_ms / 1000, UTC)
+
+    @property
+    def key_preview(self) -> str:
+        """The key on one line, at most ``PREVIEW_CHARS`` characters, as the viewer may see it."""
+        return _preview(self.key)
+
+    @property
+    def value_preview(self) -> str:
+        """The value on one line, at most ``PREVIEW_CHARS`` characters, as the viewer may see it."""
+        return _preview(self.value)
+
+
+#: A compact row shows at most this many characters of the key and of the value.
+PREVIEW_CHARS = 160
+
+
+def _preview(view: presenters.PayloadView) -> str:
+    if view.encoding == "null":
+        return ""
+    text = " ".join(view.raw.split())
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 
 @dataclass(frozen=True)
@@ -576,3 +618,397 @@ def find_by_lineage(
     finally:
         consumer.close()
     return next((r for r in records if r.header(c.H_LINEAGE) == lineage), None)
+
+
+# ------------------------------------------------------------------------------------------ search and tail
+
+SearchMode = Literal["text", "dsl"]
+
+#: Records a search reads per partition from its start, by default and at most (kafbat's and Redpanda
+#: Console's searches are bounded the same way: a range, never the whole topic on one click).
+SCAN_PER_PARTITION = 1_000
+MAX_SCAN_PER_PARTITION = 100_000
+#: One search step reads for at most this many seconds, then answers with where it stopped; the page (or an
+#: API client) asks for the next step with ``next_cursor``, so no request holds a worker for long.
+SEARCH_STEP_SECONDS = 2.0
+#: A step stops once it has this many matches (the rest of its range is the next step's).
+MAX_MATCHES_PER_STEP = 50
+#: A tail step returns at most this many new records (the oldest first); the page keeps at most
+#: ``TAIL_KEPT`` rows.
+TAIL_LIMIT = 100
+TAIL_KEPT = 200
+#: The topic page lists the consumer groups of at most this many groups on the cluster.
+MAX_GROUPS_LISTED = 500
+
+
+class BadFilter(BadPosition):
+    """A DSL filter expression that does not parse: ``position`` is the 0-based character offset of the
+    problem (``pipelines.dsl.DslParseError``), answered as 400 on the ``q`` field."""
+
+    def __init__(self, position: int, message: str) -> None:
+        super().__init__("q", f"at character {position}: {message}")
+        self.position = position
+
+
+@dataclass(frozen=True)
+class ScanRange:
+    """What a search covers of one partition: offsets ``first`` to ``end`` (exclusive), ``next`` the first
+    offset not read yet (``next == end``: the partition's range is done)."""
+
+    partition: int
+    first: int
+    next: int
+    end: int
+
+    @property
+    def read(self) -> int:
+        """Offsets read so far (records, or fewer on a compacted topic)."""
+        return self.next - self.first
+
+    @property
+    def size(self) -> int:
+        """Offsets in the whole range."""
+        return self.end - self.first
+
+
+@dataclass(frozen=True)
+class SearchStep:
+    """One step of a search: the ``records`` that matched in it (partition, then offset order), how many
+    records it ``scanned`` and ``matched``, the ``ranges`` the whole search covers with how far it got,
+    ``next_cursor`` to continue (empty: the range is done) and ``stopped`` (why the step ended before its
+    range did: ``time``, ``bytes`` or ``matches``; empty when it did not)."""
+
+    records: list[BrowsedRecord]
+    scanned: int
+    matched: int
+    ranges: list[ScanRange]
+    next_cursor: str
+    stopped: str
+
+    @property
+    def done(self) -> bool:
+        """The whole range has been searched."""
+        return not self.next_cursor
+
+
+@dataclass(frozen=True)
+class TailStep:
+    """New records of a live tail (oldest first, at most ``TAIL_LIMIT``) and ``position``, the cursor of the
+    next offsets to read (give it back as ``after``)."""
+
+    records: list[BrowsedRecord]
+    position: str
+
+
+def compile_search(mode: SearchMode, query: str) -> dsl.Filter | str:
+    """The matcher of a search: the DSL filter (``mode`` ``dsl``; DSL.md, the pipelines' own parser and
+    evaluator, so the same semantics) or the substring (``text``, matched case-insensitively). BadFilter
+    (with the position) for an expression that does not parse; BadPosition (``q``) for an empty query."""
+    if not query.strip():
+        raise BadPosition("q", "give a text or a filter expression to search for")
+    if mode == "text":
+        return query.casefold()
+    try:
+        return dsl.parse_filter(query)
+    except dsl.DslParseError as exc:
+        raise BadFilter(exc.position, exc.message) from None
+
+
+def _search_cursor(ranges: list[ScanRange]) -> str:
+    return ",".join(f"{r.partition}:{r.first}:{r.next}:{r.end}" for r in ranges if r.next < r.end)
+
+
+def parse_search_cursor(text: str) -> list[ScanRange]:
+    """A search step's ``next_cursor`` (``partition:first:next:end``, comma-separated) as ranges;
+    BadPosition (field ``cursor``) when malformed or inconsistent."""
+    ranges: list[ScanRange] = []
+    for part in filter(None, text.split(",")):
+        numbers = part.split(":")
+        if len(numbers) != 4 or not all(n.isdigit() and len(n) <= 19 for n in numbers):
+            raise BadPosition("cursor", "not a search cursor of this browser")
+        p, first, nxt, end = (int(n) for n in numbers)
+        if not first <= nxt <= end or end - first > MAX_SCAN_PER_PARTITION:
+            raise BadPosition("cursor", "not a search cursor of this browser")
+        ranges.append(ScanRange(p, first, nxt, end))
+    return ranges
+
+
+def _visible_message(record: Record, masking: services.Masking) -> dsl.Message:
+    """The record as the viewer may see it, for matching: masked values, a withheld key or value as none,
+    masked headers as their mask. Unmasked users match the record's own bytes."""
+    if not masking.active:
+        return dsl.Message(record.value, record.key, tuple(record.headers), record.timestamp_ms)
+    value = presenters.payload_views(record.value, masking=masking)
+    key = presenters.payload_views(record.key, masking=masking, key=True)
+    return dsl.Message(
+        None if value.withheld or record.value is None else value.raw.encode(),
+        None if key.withheld or record.key is None else key.raw.encode(),
+        tuple(
+            (h.name, None if h.value is None else h.value.encode())
+            for h in masking.header_values(record.headers)
+        ),
+        record.timestamp_ms,
+    )
+
+
+def _matches(matcher: dsl.Filter | str, message: dsl.Message, now_ms: int) -> bool:
+    if isinstance(matcher, str):
+        for data in (message.key, message.value):
+            if data is not None and matcher in data.decode("utf-8", "replace").casefold():
+                return True
+        return False
+    try:
+        value = dsl.decode_value(message.value)
+    except dsl.EvaluationError:
+        return False  # not JSON: no filter passes it (the pipeline would dead-letter it)
+    try:
+        return dsl.evaluate_filter(matcher, message, value, now_ms=now_ms)
+    except dsl.EvaluationError:
+        return False
+
+
+def search(
+    pipeline: Pipeline,
+    topic: str,
+    *,
+    user: AnyUser,
+    query: str,
+    mode: SearchMode = "text",
+    partition: int | None = None,
+    from_offset: int | None = None,
+    from_time_ms: int | None = None,
+    max_scan: int = SCAN_PER_PARTITION,
+    cursor: str = "",
+    step_seconds: float = SEARCH_STEP_SECONDS,
+    max_bytes: int = READ_MAX_BYTES,
+) -> SearchStep:
+    """One step of a search of an owned ``topic``'s keys and values, server-side, as ``user`` may see them.
+
+    ``mode`` ``text``: a record matches when its key or value (UTF-8 text, masked for viewers as the browser
+    shows it) contains ``query``, case-insensitively. ``dsl``: when the DSL filter ``query`` passes it
+    (``pipelines.dsl.evaluate_filter`` on the decoded value, key, headers and timestamp; a value that is not
+    JSON never matches). Records an approved delete erased never match.
+
+    The range: on every partition (or ``partition``), at most ``max_scan`` records (at most
+    ``MAX_SCAN_PER_PARTITION``) from ``from_offset``, or the first offset at or after ``from_time_ms``
+    (epoch ms), else the low watermark, and never past the high watermark at the first step. A step reads
+    for at most ``step_seconds`` and stops at ``MAX_MATCHES_PER_STEP`` matches; ``cursor`` (a previous
+    step's ``next_cursor``) continues, and then the position arguments are ignored.
+
+    Raises TopicNotFound (not owned, or not on the cluster), BadFilter (the expression's position),
+    BadPosition (a partition the topic lacks, a bad cursor, an empty query, ``max_scan`` out of range),
+    KafkaException when the cluster does not answer.
+    """
+    require_owned(pipeline, topic)
+    matcher = compile_search(mode, query)
+    if not 1 <= max_scan <= MAX_SCAN_PER_PARTITION:
+        raise BadPosition("max_scan", f"from 1 to {MAX_SCAN_PER_PARTITION} records per partition")
+    spec = spec_of(pipeline)
+    masking = topic_masking(services.masking_for(user, pipeline.team), spec, topic)
+    owned = owned_topics(spec)
+    consumer = _browse_consumer(_connection(pipeline))
+    try:
+        if cursor:
+            ranges = parse_search_cursor(cursor)
+        else:
+            watermarks = _read_watermarks(consumer, topic, READ_TIMEOUT_SECONDS)
+            if watermarks is None:
+                raise TopicNotFound(topic)
+            if partition is not None and partition not in watermarks:
+                raise BadPosition("partition", f"the topic has partitions 0 to {len(watermarks) - 1}")
+            chosen = [partition] if partition is not None else sorted(watermarks)
+            starts = _starts(
+                consumer, topic, chosen, watermarks, from_offset, from_time_ms, READ_TIMEOUT_SECONDS
+            )
+            ranges = []
+            for p in chosen:
+                low, high = watermarks[p]
+                first = min(max(starts[p], low), high)
+                ranges.append(ScanRange(p, first, first, min(high, first + max_scan)))
+        records, truncated = _read(
+            consumer,
+            topic,
+            {r.partition: (r.next, r.end) for r in ranges if r.next < r.end},
+            timeout=step_seconds,
+            max_bytes=max_bytes,
+        )
+    finally:
+        consumer.close()
+    records.sort(key=lambda r: (r.partition, r.offset))
+    erased = erased_records(pipeline, records)
+    now_ms = int(time.time() * 1000)
+    reached: dict[int, int] = {}
+    found: list[Record] = []
+    scanned = 0
+    stopped = "time" if truncated else ""
+    for record in records:
+        if len(found) >= MAX_MATCHES_PER_STEP:
+            stopped = "matches"
+            break
+        scanned += 1
+        reached[record.partition] = record.offset + 1
+        if _coordinates(record) not in erased and _matches(
+            matcher, _visible_message(record, masking), now_ms
+        ):
+            found.append(record)
+    moved = [
+        dataclasses.replace(r, next=r.end)
+        if not stopped
+        else dataclasses.replace(r, next=max(r.next, min(reached.get(r.partition, r.next), r.end)))
+        for r in ranges
+    ]
+    senders = senders_of_test_messages(pipeline, topic, [(r.partition, r.offset) for r in found])
+    return SearchStep(
+        [
+            _present(r, masking, owned, erased=False, test_by=senders.get((r.partition, r.offset), ""))
+            for r in found
+        ],
+        scanned,
+        len(found),
+        moved,
+        _search_cursor(moved),
+        stopped,
+    )
+
+
+def tail(
+    pipeline: Pipeline,
+    topic: str,
+    *,
+    user: AnyUser,
+    after: str = "",
+    partition: int | None = None,
+    limit: int = TAIL_LIMIT,
+    timeout: float = 2.0,
+) -> TailStep:
+    """The records written to an owned ``topic`` since ``after`` (a previous step's ``position``; empty:
+    from now, so the first step returns no records), oldest first, at most ``limit``, as ``user`` may see
+    them (masked, erased content withheld, as ``browse``). A partition missing from ``after`` (added since)
+    is read from its low watermark.
+
+    Raises TopicNotFound, BadPosition (field ``after`` or ``partition``), KafkaException.
+    """
+    require_owned(pipeline, topic)
+    limit = max(1, min(limit, TAIL_LIMIT))
+    try:
+        positions = parse_cursor(after)
+    except BadPosition:
+        raise BadPosition("after", "not a tail position of this browser") from None
+    spec = spec_of(pipeline)
+    masking = topic_masking(services.masking_for(user, pipeline.team), spec, topic)
+    owned = owned_topics(spec)
+    consumer = _browse_consumer(_connection(pipeline))
+    try:
+        watermarks = _read_watermarks(consumer, topic, timeout)
+        if watermarks is None:
+            raise TopicNotFound(topic)
+        if partition is not None and partition not in watermarks:
+            raise BadPosition("partition", f"the topic has partitions 0 to {len(watermarks) - 1}")
+        chosen = [partition] if partition is not None else sorted(watermarks)
+        if not after:
+            return TailStep([], _cursor_text({p: watermarks[p][1] for p in chosen}))
+        starts = {p: max(positions.get(p, watermarks[p][0]), watermarks[p][0]) for p in chosen}
+        ranges = {p: (starts[p], watermarks[p][1]) for p in chosen if starts[p] < watermarks[p][1]}
+        records, _ = _read(consumer, topic, ranges, timeout=timeout, max_bytes=READ_MAX_BYTES)
+    finally:
+        consumer.close()
+    records.sort(key=lambda r: (r.timestamp_ms or 0, r.partition, r.offset))
+    shown = records[:limit]
+    following = dict(starts)
+    for record in shown:
+        following[record.partition] = max(following[record.partition], record.offset + 1)
+    erased = erased_records(pipeline, shown)
+    senders = senders_of_test_messages(pipeline, topic, [(r.partition, r.offset) for r in shown])
+    return TailStep(
+        [
+            _present(
+                r,
+                masking,
+                owned,
+                erased=_coordinates(r) in erased,
+                test_by=senders.get((r.partition, r.offset), ""),
+            )
+            for r in shown
+        ],
+        _cursor_text(following),
+    )
+
+
+# ------------------------------------------------------------------------------------------ consumer groups
+
+
+@dataclass(frozen=True)
+class GroupOffsets:
+    """A consumer group's position on one partition of a topic: ``committed`` (None: nothing committed
+    there), the partition's ``end`` (high watermark) and ``lag`` (``end - committed``; ``end - low`` without
+    a commit, as ``pipelines.lag`` counts it)."""
+
+    partition: int
+    committed: int | None
+    end: int
+    lag: int
+
+
+@dataclass(frozen=True)
+class TopicGroup:
+    """A consumer group that reads a topic (it has committed offsets on it, or it is the pipeline's own
+    group of a source topic): its ``state`` as the broker reports it, per-partition offsets and the total
+    ``lag``. ``pipeline_group`` marks the pipeline's own."""
+
+    group: str
+    state: str
+    partitions: list[GroupOffsets]
+    pipeline_group: bool
+
+    @property
+    def lag(self) -> int:
+        """Records behind on all partitions together."""
+        return sum(p.lag for p in self.partitions)
+
+
+def topic_groups(pipeline: Pipeline, topic: str, *, timeout: float = 5.0) -> list[TopicGroup]:
+    """The consumer groups of the pipeline's cluster that read an owned ``topic``: every group with a
+    committed offset on one of its partitions (Kafka's OffsetFetch), plus the pipeline's own consumer group
+    on a source topic. Only this topic's partitions are reported, so a group that also reads another team's
+    topics shows nothing of those. The pipeline's group first, then by name; at most ``MAX_GROUPS_LISTED``
+    groups are asked. Raises TopicNotFound for a topic the pipeline does not own, KafkaException when the
+    cluster does not answer within ``timeout`` seconds."""
+    require_owned(pipeline, topic)
+    spec = spec_of(pipeline)
+    own = spec.source.consumer_group if topic in spec.source.topics else ""
+    conn = _connection(pipeline)
+    watermarks = _watermarks(conn, topic, timeout)
+    if watermarks is None:
+        return []
+    admin = AdminClient(admin_config(conn))
+    listed = admin.list_consumer_groups(request_timeout=timeout).result(timeout=timeout)
+    states = {g.group_id: getattr(g.state, "name", str(g.state)).lower() for g in listed.valid}
+    names = sorted(name for name in states if not name.startswith("streamforge-browse-"))[:MAX_GROUPS_LISTED]
+    if own and own not in names:
+        names.insert(0, own)
+    partitions = [TopicPartition(topic, p) for p in sorted(watermarks)]
+    # One OffsetFetch per group (the client takes one group per request), all sent before any is awaited.
+    pending = {
+        name: admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(name, partitions)], request_timeout=timeout
+        )[name]
+        for name in names
+    }
+    found: list[TopicGroup] = []
+    for name, future in pending.items():
+        result = future.result(timeout)
+        committed = {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
+        if not committed and name != own:
+            continue
+        offsets = [
+            GroupOffsets(
+                p,
+                committed.get(p),
+                watermarks[p][1],
+                watermarks[p][1] - committed[p] if p in committed else watermarks[p][1] - watermarks[p][0],
+            )
+            for p in sorted(watermarks)
+        ]
+        found.append(TopicGroup(name, states.get(name, "not on the broker yet"), offsets, name == own))
+    found.sort(key=lambda g: (not g.pipeline_group, g.group))
+    return found

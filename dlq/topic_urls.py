@@ -7,6 +7,8 @@ from dlq import converters, topic_views  # noqa: F401  # converters: registers <
 urlpatterns: list[URLPattern] = [
     path("topics/", topic_views.topic_index, name="pipeline-topics"),
     path("topics/<str:topic>/", topic_views.topic_page, name="pipeline-topic"),
+    path("topics/<str:topic>/search/", topic_views.topic_search_rows, name="pipeline-topic-search"),
+    path("topics/<str:topic>/tail/", topic_views.topic_tail_rows, name="pipeline-topic-tail"),
     path(
         "topics/<str:topic>/records/<partition:partition>/<offset:offset>/",
         topic_views.record_outcomes_page,

@@ -1,7 +1,8 @@
 """Pages of the topic browser (under /pipelines/<name>/): the pipeline's topics, one topic's partitions,
 configs, group lag and records (masked for viewers as the DLQ message page masks), a source record's
 outcome per destination (the page refreshes itself until every destination has one), and the test message
-form for operators. Another team's pipeline, and a topic the pipeline does not own, are 404.
+form for operators. The topic page's script asks ``search/`` and ``tail/`` for compact rows (one bounded
+search step, or the records written since a position) rendered by the same template as the page's own. Another team's pipeline, and a topic the pipeline does not own, are 404.
 
 Thin: they read the query string and call ``dlq.topic_browser`` / ``dlq.test_messages``. The test message
 form posts to its page, which calls the same service function as the API (same role check, same audit).
@@ -17,6 +18,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_http_methods
 
 from access.models import Role
@@ -120,6 +122,13 @@ def topic_page(request: HttpRequest, name: str, topic: str) -> HttpResponse:
     keep = request.GET.copy()
     keep.pop("cursor", None)
     spec = topic_browser.spec_of(pipeline)
+    groups: list[topic_browser.TopicGroup] = []
+    groups_error = ""
+    if not overview.error:
+        try:
+            groups = topic_browser.topic_groups(pipeline, topic)
+        except KafkaException as exc:
+            groups_error = f"the cluster did not answer: {exc}"
     return render(
         request,
         "pipelines/topic.html",
@@ -134,8 +143,105 @@ def topic_page(request: HttpRequest, name: str, topic: str) -> HttpResponse:
             "keep": keep.urlencode(),
             "highlight": _coordinates(request.GET.get("highlight", "")),
             "is_source": topic in spec.source.topics,
+            "groups": groups,
+            "groups_error": groups_error,
+            "scan_default": topic_browser.SCAN_PER_PARTITION,
+            "scan_max": topic_browser.MAX_SCAN_PER_PARTITION,
+            "tail_kept": topic_browser.TAIL_KEPT,
         },
     )
+
+
+def _rows(
+    request: HttpRequest,
+    pipeline: Pipeline,
+    topic: str,
+    records: list[topic_browser.BrowsedRecord],
+    **data: object,
+) -> HttpResponse:
+    spec = topic_browser.spec_of(pipeline)
+    return render(
+        request,
+        "pipelines/_topic_rows.html",
+        {
+            "pipeline": pipeline,
+            "topic": topic,
+            "records": records,
+            "is_source": topic in spec.source.topics,
+            **data,
+        },
+    )
+
+
+def _refusal(message: str, field: str, status: int) -> HttpResponse:
+    """A refused fragment: the field and the reason, for the page's script to show beside the field."""
+    body = format_html('<div class="error" data-error-field="{}" role="alert">{}</div>', field, message)
+    return HttpResponse(body, status=status)
+
+
+@login_required
+@require_GET
+def topic_search_rows(request: HttpRequest, name: str, topic: str) -> HttpResponse:
+    """``/pipelines/<name>/topics/<topic>/search/``: one step of a search (``dlq.topic_browser.search``) as
+    compact rows for the topic page's script, its progress in ``data-*`` attributes of the wrapper (scanned,
+    matched, next cursor, ranges). Bad input is 400 naming the field (a DSL expression with its position)."""
+    pipeline = _pipeline(request, name)
+    errors: dict[str, str] = {}
+    partition = _int_param(request, "partition", errors)
+    from_offset = _int_param(request, "from_offset", errors)
+    from_time_ms = _time_param(request, errors)
+    max_scan = _int_param(request, "max_scan", errors)
+    mode = request.GET.get("mode", "text")
+    if len(request.GET.get("q", "")) > 10_000:
+        errors["q"] = "at most 10,000 characters"
+    if mode not in ("text", "dsl"):
+        errors["mode"] = "text or dsl"
+    if errors:
+        field, message = next(iter(errors.items()))
+        return _refusal(message, field, 400)
+    try:
+        step = topic_browser.search(
+            pipeline,
+            topic,
+            user=request.user,
+            query=request.GET.get("q", ""),
+            mode="dsl" if mode == "dsl" else "text",
+            partition=partition,
+            from_offset=from_offset,
+            from_time_ms=None if from_offset is not None else from_time_ms,
+            max_scan=topic_browser.SCAN_PER_PARTITION if max_scan is None else max_scan,
+            cursor=request.GET.get("cursor", ""),
+        )
+    except TopicNotFound:
+        raise Http404("not a topic of this pipeline") from None
+    except BadPosition as exc:
+        return _refusal(exc.message, exc.field, 400)
+    except KafkaException as exc:
+        return _refusal(f"the cluster did not answer: {exc}", "", 503)
+    return _rows(request, pipeline, topic, step.records, step=step)
+
+
+@login_required
+@require_GET
+def topic_tail_rows(request: HttpRequest, name: str, topic: str) -> HttpResponse:
+    """``/pipelines/<name>/topics/<topic>/tail/``: the records written since ``after`` (``dlq.topic_browser
+    .tail``) as compact rows, the next position in the wrapper's ``data-position``."""
+    pipeline = _pipeline(request, name)
+    errors: dict[str, str] = {}
+    partition = _int_param(request, "partition", errors)
+    if errors:
+        return _refusal(errors["partition"], "partition", 400)
+    try:
+        step = topic_browser.tail(
+            pipeline, topic, user=request.user, after=request.GET.get("after", ""), partition=partition
+        )
+    except TopicNotFound:
+        raise Http404("not a topic of this pipeline") from None
+    except BadPosition as exc:
+        return _refusal(exc.message, exc.field, 400)
+    except KafkaException as exc:
+        return _refusal(f"the cluster did not answer: {exc}", "", 503)
+    return _rows(request, pipeline, topic, step.records, position=step.position)
 
 
 @login_required

@@ -11,6 +11,9 @@ urlpatterns: list[URLPattern] = [
     path(
         "topics/<str:topic>/messages/", topics.TopicMessagesView.as_view(), name="pipeline-topic-messages-api"
     ),
+    path("topics/<str:topic>/search/", topics.TopicSearchView.as_view(), name="pipeline-topic-search-api"),
+    path("topics/<str:topic>/tail/", topics.TopicTailView.as_view(), name="pipeline-topic-tail-api"),
+    path("topics/<str:topic>/groups/", topics.TopicGroupsView.as_view(), name="pipeline-topic-groups-api"),
     path(
         "topics/<str:topic>/records/<partition:partition>/<offset:offset>/outcomes/",
         topics.RecordOutcomesView.as_view(),

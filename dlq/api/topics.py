@@ -5,6 +5,9 @@
 - ``GET topics/<topic>/messages/``: a page of records, masked for viewers as the DLQ console masks;
 - ``GET topics/<topic>/records/<partition>/<offset>/outcomes/``: what became of a source record at each
   destination;
+- ``GET topics/<topic>/search/``: one bounded step of a server-side search (substring or DSL filter);
+- ``GET topics/<topic>/tail/``: the records written since a position (a live tail polls it);
+- ``GET topics/<topic>/groups/``: the consumer groups reading the topic, with per-partition lag;
 - ``POST test-messages/``: produce a test message to a source topic (operators; reason required; audited).
 
 Another team's pipeline, and a topic the pipeline does not own, are 404. Bad input is 400 naming the field.
@@ -142,6 +145,87 @@ class BrowseQuerySerializer(serializers.Serializer[Any]):
         if "from_offset" in attrs and "from_time" in attrs:
             raise serializers.ValidationError({"from_time": ["give from_offset or from_time, not both"]})
         return attrs
+
+
+class SearchQuerySerializer(serializers.Serializer[Any]):
+    """Query of ``search/``: ``q`` (a substring, or with ``mode=dsl`` a DSL filter expression), the range
+    (``partition``, ``from_offset`` or ``from_time`` (not both), ``max_scan`` records per partition) or a
+    previous step's ``cursor``."""
+
+    partition = serializers.IntegerField(required=False, min_value=0, max_value=1_000_000)
+    from_offset = serializers.IntegerField(required=False, min_value=0, max_value=2**62)
+    from_time = serializers.DateTimeField(required=False)
+    cursor = serializers.CharField(required=False, default="", allow_blank=True, max_length=20_000)
+    q = serializers.CharField(max_length=10_000, trim_whitespace=False)
+    mode = serializers.ChoiceField(choices=["text", "dsl"], default="text")
+    max_scan = serializers.IntegerField(
+        required=False,
+        default=topic_browser.SCAN_PER_PARTITION,
+        min_value=1,
+        max_value=topic_browser.MAX_SCAN_PER_PARTITION,
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """Refuses ``from_offset`` together with ``from_time``."""
+        if "from_offset" in attrs and "from_time" in attrs:
+            raise serializers.ValidationError({"from_time": ["give from_offset or from_time, not both"]})
+        return attrs
+
+
+class ScanRangeSerializer(serializers.Serializer[Any]):
+    """A partition's search range: offsets ``first`` to ``end`` (exclusive), read up to ``next``."""
+
+    partition = serializers.IntegerField()
+    first = serializers.IntegerField()
+    next = serializers.IntegerField()
+    end = serializers.IntegerField()
+
+
+class SearchStepSerializer(serializers.Serializer[Any]):
+    """One search step: its matches, how many records it scanned and matched, the ranges with progress,
+    ``next_cursor`` to continue (empty: done) and ``stopped`` (``time``, ``bytes``, ``matches`` or empty)."""
+
+    records = BrowsedRecordSerializer(many=True)
+    scanned = serializers.IntegerField()
+    matched = serializers.IntegerField()
+    ranges = ScanRangeSerializer(many=True)
+    next_cursor = serializers.CharField()
+    stopped = serializers.CharField()
+    done = serializers.BooleanField()
+
+
+class TailQuerySerializer(serializers.Serializer[Any]):
+    """Query of ``tail/``: ``after`` (the previous step's ``position``; empty: start from now)."""
+
+    after = serializers.CharField(required=False, default="", allow_blank=True, max_length=20_000)
+    partition = serializers.IntegerField(required=False, min_value=0, max_value=1_000_000)
+
+
+class TailStepSerializer(serializers.Serializer[Any]):
+    """New records since ``after``, oldest first, and the ``position`` to ask from next."""
+
+    records = BrowsedRecordSerializer(many=True)
+    position = serializers.CharField()
+
+
+class GroupOffsetsSerializer(serializers.Serializer[Any]):
+    """A group on one partition: committed offset (null: none), end offset (high watermark), lag."""
+
+    partition = serializers.IntegerField()
+    committed = serializers.IntegerField(allow_null=True)
+    end = serializers.IntegerField()
+    lag = serializers.IntegerField()
+
+
+class TopicGroupSerializer(serializers.Serializer[Any]):
+    """A consumer group reading the topic: its state, per-partition offsets and total lag;
+    ``pipeline_group`` for the pipeline's own group."""
+
+    group = serializers.CharField()
+    state = serializers.CharField()
+    partitions = GroupOffsetsSerializer(many=True)
+    lag = serializers.IntegerField()
+    pipeline_group = serializers.BooleanField()
 
 
 class TestMessageSerializer(serializers.Serializer[Any]):
@@ -317,6 +401,66 @@ class TestMessagesView(TopicErrorsMixin, APIView):
             reason=data["reason"],
         )
         return Response(ProducedTestSerializer(produced).data, status=status.HTTP_201_CREATED)
+
+
+def _time_ms(moment: datetime | None) -> int | None:
+    return int(moment.timestamp() * 1000) if moment is not None else None
+
+
+class TopicSearchView(TopicErrorsMixin, APIView):
+    """``GET /api/pipelines/{name}/topics/{topic}/search/``: one step of a server-side search of keys and
+    values (see ``dlq.topic_browser.search``); follow ``next_cursor`` until ``done``. A DSL expression that
+    does not parse is 400 on ``q`` with its position."""
+
+    @extend_schema(parameters=[SearchQuerySerializer], responses={200: SearchStepSerializer})
+    def get(self, request: Request, name: str, topic: str) -> Response:
+        query = SearchQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        q = query.validated_data
+        pipeline = topic_browser.pipeline_for(request.user, name)
+        step = topic_browser.search(
+            pipeline,
+            topic,
+            user=request.user,
+            query=q["q"],
+            mode=q["mode"],
+            partition=q.get("partition"),
+            from_offset=q.get("from_offset"),
+            from_time_ms=_time_ms(q.get("from_time")),
+            max_scan=q["max_scan"],
+            cursor=q["cursor"],
+        )
+        return Response(SearchStepSerializer({**_plain(step), "done": step.done}).data)
+
+
+class TopicTailView(TopicErrorsMixin, APIView):
+    """``GET /api/pipelines/{name}/topics/{topic}/tail/``: the records written since ``after`` (see
+    ``dlq.topic_browser.tail``); poll with the returned ``position``."""
+
+    @extend_schema(parameters=[TailQuerySerializer], responses={200: TailStepSerializer})
+    def get(self, request: Request, name: str, topic: str) -> Response:
+        query = TailQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        pipeline = topic_browser.pipeline_for(request.user, name)
+        step = topic_browser.tail(
+            pipeline,
+            topic,
+            user=request.user,
+            after=query.validated_data["after"],
+            partition=query.validated_data.get("partition"),
+        )
+        return Response(TailStepSerializer(_plain(step)).data)
+
+
+class TopicGroupsView(TopicErrorsMixin, APIView):
+    """``GET /api/pipelines/{name}/topics/{topic}/groups/``: the consumer groups reading an owned topic, with
+    committed offset, end offset and lag per partition (see ``dlq.topic_browser.topic_groups``)."""
+
+    @extend_schema(responses={200: TopicGroupSerializer(many=True)})
+    def get(self, request: Request, name: str, topic: str) -> Response:
+        pipeline = topic_browser.pipeline_for(request.user, name)
+        groups = topic_browser.topic_groups(pipeline, topic)
+        return Response(TopicGroupSerializer([{**_plain(g), "lag": g.lag} for g in groups], many=True).data)
 
 
 def _plain(result: Any) -> dict[str, Any]:

@@ -92,6 +92,7 @@ def test_review_28_3_an_erased_dead_letter_reads_as_erased_on_its_dlq_and_source
         shown = page.get_by_test_id("record")
         expect(shown).to_have_count(1)
         expect(shown.get_by_test_id("erased-badge")).to_have_text("erased by an approved delete")
+        shown.get_by_test_id("record-summary").click()  # a compact row: the whole record when expanded
         expect(shown.get_by_test_id("value-erased")).to_be_visible()
         expect(shown.get_by_test_id("value-raw")).to_have_text("erased by an approved delete")
         shown.get_by_test_id("value-tab-hex").click()

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from access.models import AuditEvent
-from dlq import presenters, services
+from dlq import presenters, services, topic_browser
 from dlq.test_messages import record_outcomes
 from pipelines.models import Pipeline
 from streamforge_core import contract as c
@@ -261,3 +262,149 @@ def test_the_command_browses_and_produces_a_test_message_from_a_file(people, pip
     )
     [record] = json.loads(out.getvalue())["records"]
     assert record["test_by"] == "olga"
+
+
+# ------------------------------------------------------------------------------------------ search, tail, groups
+
+
+def events(bootstrap: str, topic: str, count: int, start: int = 0) -> None:
+    """Produce ``count`` records n=start.. with key ``order-<n>``: every third a PushEvent, the others
+    WatchEvents, each by actor ``user<n>``."""
+    producer = Producer(producer_config(KafkaConnection(bootstrap)))
+    for n in range(start, start + count):
+        value = {"n": n, "type": "PushEvent" if n % 3 == 0 else "WatchEvent", "actor": {"login": f"user{n}"}}
+        producer.produce(topic, value=json.dumps(value).encode(), key=f"order-{n}".encode())
+    assert producer.flush(30) == 0
+
+
+def search(user, pipeline: Pipeline, topic: str, status: int = 200, **query) -> Any:
+    response = api_for(user).get(f"/api/pipelines/{pipeline.name}/topics/{topic}/search/", query)
+    assert response.status_code == status, response.content
+    return response.json()
+
+
+def numbers(step: dict) -> list[int]:
+    return [json.loads(r["value"]["raw"])["n"] for r in step["records"]]
+
+
+def test_search_matches_keys_and_values_by_substring_or_dsl_over_a_bounded_range_with_progress(
+    people, pipeline, topics, kafka_bootstrap, settings, monkeypatch
+):
+    events(kafka_bootstrap, topics["source"], 30)
+    operator, source = people["operator"], topics["source"]
+
+    everything = search(operator, pipeline, source, q="pushevent")  # values, case-insensitively
+    assert numbers(everything) == list(range(0, 30, 3))
+    assert (everything["scanned"], everything["matched"], everything["done"]) == (30, 10, True)
+    assert everything["ranges"] == [{"partition": 0, "first": 0, "next": 30, "end": 30}]
+    assert numbers(search(operator, pipeline, source, q="ORDER-17")) == [17]  # keys too
+
+    bounded = search(operator, pipeline, source, q="PushEvent", from_offset=10, max_scan=5)
+    assert numbers(bounded) == [12]
+    assert bounded["scanned"] == 5
+    assert bounded["ranges"] == [{"partition": 0, "first": 10, "next": 15, "end": 15}]
+
+    dsl = search(operator, pipeline, source, q="AND:/n,>,20:/type,==,WatchEvent", mode="dsl")
+    assert numbers(dsl) == [22, 23, 25, 26, 28, 29]
+    assert numbers(search(operator, pipeline, source, q="KEY_MATCHES:^order-2.$", mode="dsl")) == list(
+        range(20, 30)
+    )
+
+    # A step ends at its match budget and says how far it got; its cursor continues where it stopped.
+    monkeypatch.setattr(topic_browser, "MAX_MATCHES_PER_STEP", 4)
+    first = search(operator, pipeline, source, q="PushEvent")
+    assert numbers(first) == [0, 3, 6, 9]
+    assert (first["stopped"], first["done"], first["scanned"]) == ("matches", False, 10)
+    assert first["ranges"] == [{"partition": 0, "first": 0, "next": 10, "end": 30}]
+    second = search(operator, pipeline, source, q="PushEvent", cursor=first["next_cursor"])
+    assert numbers(second) == [12, 15, 18, 21]
+    third = search(operator, pipeline, source, q="PushEvent", cursor=second["next_cursor"])
+    assert numbers(third) == [24, 27]
+    assert third["done"]
+    assert third["next_cursor"] == ""
+
+    # A viewer searches what the viewer sees: a masked value matches nothing, by substring or by filter.
+    settings.DLQ_MASKED_PATHS = ["/actor/login"]
+    viewer = people["viewer"]
+    assert search(viewer, pipeline, source, q="user7")["matched"] == 0
+    assert search(viewer, pipeline, source, q="/actor/login,==,user7", mode="dsl")["matched"] == 0
+    assert numbers(search(operator, pipeline, source, q="/actor/login,==,user7", mode="dsl")) == [7]
+
+
+def test_bad_search_tail_and_group_input_is_a_400_naming_the_field_and_another_team_gets_404(
+    client, people, pipeline, topics
+):
+    operator, source = people["operator"], topics["source"]
+    refused = search(operator, pipeline, source, 400, q="AND:/n,>", mode="dsl")
+    assert refused["q"][0].startswith("at character "), refused
+    assert "expected /path,OP,value" in refused["q"][0]
+    assert "mode" in search(operator, pipeline, source, 400, q="x", mode="sql")
+    assert "max_scan" in search(operator, pipeline, source, 400, q="x", max_scan=0)
+    assert "cursor" in search(operator, pipeline, source, 400, q="x", cursor="zz")
+    assert "cursor" in search(operator, pipeline, source, 400, q="x", cursor="0:5:1:9")
+    assert "partition" in search(operator, pipeline, source, 400, q="x", partition=7)
+    assert "q" in search(operator, pipeline, source, 400, q="  ")
+    assert "from_time" in search(
+        operator, pipeline, source, 400, q="x", from_offset=1, from_time="2025-01-01T00:00:00Z"
+    )
+    tail = api_for(operator).get(f"/api/pipelines/{pipeline.name}/topics/{source}/tail/", {"after": "x:1"})
+    assert tail.status_code == 400
+    assert "after" in tail.json()
+
+    foreign = api_for(people["foreign"])
+    client.force_login(people["foreign"])
+    for what in ("search/?q=x", "tail/", "groups/"):
+        assert foreign.get(f"/api/pipelines/{pipeline.name}/topics/{source}/{what}").status_code == 404
+    for what in ("search/?q=x", "tail/"):
+        assert client.get(f"/pipelines/{pipeline.name}/topics/{source}/{what}").status_code == 404
+
+
+def test_the_tail_returns_what_was_written_since_its_position(people, pipeline, topics, kafka_bootstrap):
+    events(kafka_bootstrap, topics["source"], 5)
+    url = f"/api/pipelines/{pipeline.name}/topics/{topics['source']}/tail/"
+    viewer = api_for(people["viewer"])
+    start = viewer.get(url).json()
+    assert start == {"records": [], "position": "0:5"}
+    events(kafka_bootstrap, topics["source"], 3, start=5)
+    new = viewer.get(url, {"after": start["position"]}).json()
+    assert numbers(new) == [5, 6, 7]
+    assert new["position"] == "0:8"
+    assert viewer.get(url, {"after": new["position"]}).json() == {"records": [], "position": "0:8"}
+
+
+def test_consumer_groups_reading_the_topic_with_committed_end_and_lag_per_partition(
+    client, people, pipeline, topics, kafka_bootstrap, kafka_admin, make_topic
+):
+    events(kafka_bootstrap, topics["source"], 10)
+    elsewhere = make_topic("another-teams")
+    reader, stranger = f"billing-{uuid.uuid4().hex[:6]}", f"other-{uuid.uuid4().hex[:6]}"
+    for group, topic, offset in ((reader, topics["source"], 4), (stranger, elsewhere, 0)):
+        request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, offset)])]
+        kafka_admin.alter_consumer_group_offsets(request)[group].result(timeout=30)
+
+    response = api_for(people["viewer"]).get(
+        f"/api/pipelines/{pipeline.name}/topics/{topics['source']}/groups/"
+    )
+    assert response.status_code == 200, response.content
+    groups = {g["group"]: g for g in response.json()}
+    own = pipeline.current_revision.spec["source"]["consumer_group"]
+    assert next(iter(groups)) == own
+    assert groups[own]["pipeline_group"]
+    assert groups[own]["partitions"] == [{"partition": 0, "committed": None, "end": 10, "lag": 10}]
+    assert groups[reader]["partitions"] == [{"partition": 0, "committed": 4, "end": 10, "lag": 6}]
+    assert groups[reader]["lag"] == 6
+    assert not groups[reader]["pipeline_group"]
+    assert stranger not in groups  # reads only a topic that is not the team's
+
+    client.force_login(people["viewer"])
+    page = client.get(f"/pipelines/{pipeline.name}/topics/{topics['source']}/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert f'data-group="{reader}"' in html
+    assert stranger not in html
+    refused = client.get(
+        f"/pipelines/{pipeline.name}/topics/{topics['source']}/search/", {"q": "/n,>", "mode": "dsl"}
+    )
+    assert refused.status_code == 400
+    assert 'data-error-field="q"' in refused.content.decode()
+    assert "at character 4: expected /path,OP,value" in refused.content.decode()
