@@ -209,6 +209,30 @@ def would_fail_again(
     return [d for d in check.dead_lettered() if names is None or d.destination in names]
 
 
+@dataclass(frozen=True)
+class ReplayPlan:
+    """What a replay of a dead letter now would do, for its confirmation: the ``target_topic`` (empty when
+    the record names no source topic), the ``destinations`` it is for (empty: every destination the target
+    feeds), and the parked ``siblings_left`` (dead-letter id, destination) of the same source record that it
+    does not send (each is replayed on its own, or all together with ``replay_with_siblings``)."""
+
+    target_topic: str
+    destinations: tuple[str, ...]
+    siblings_left: tuple[tuple[int, str], ...]
+
+
+def replay_plan(dead_letter: DeadLetter, siblings: Sequence[Any]) -> ReplayPlan:
+    """The ``ReplayPlan`` of a replay of ``dead_letter`` to its source topic; ``siblings`` are its
+    ``inspection.Sibling`` rows (``id``, ``destination``, ``status``). Reads the owning pipeline's spec."""
+    target = dead_letter.source_topic
+    scope = pipeline_topics(dead_letter.pipeline_id).scope(dead_letter.destination, target) if target else ""
+    return ReplayPlan(
+        target_topic=target,
+        destinations=tuple(n for n in scope.split(",") if n),
+        siblings_left=tuple((s.id, s.destination) for s in siblings if s.status == Status.PARKED),
+    )
+
+
 def _refuse_a_failing_payload(failing: list[DestinationOutcome], *, force: bool, reason: str) -> None:
     if not failing:
         return

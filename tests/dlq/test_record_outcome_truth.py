@@ -136,9 +136,10 @@ def topics(pipeline, kafka_admin):
 def test_a_replay_for_one_destination_is_found_past_large_records_and_the_others_are_not_part_of_it(
     people, pipeline, topics, kafka_bootstrap
 ):
-    """Before: the search kept every record it read and stopped at 16 MiB, so a destination taking large
-    records (an archive) never showed the record the pipeline wrote; and a destination the replay was not
-    for stayed "pending"."""
+    """A console replay for ``pushes`` only: ``pull-requests`` says "not part of this replay" (before: the
+    dry run's "filtered", a reason the driver never applied) and the answer names the replay's destinations
+    (before: no such field). The pushes record is found behind 18 MB of larger records, more than a page of
+    the browser reads (the search keeps only the record it looks for)."""
     dlq_topic = pipeline.current_revision.spec["dlq"]["topic"]
     replay_of = f"{dlq_topic}/0/9"
     signature = replay_signing.sign(settings.REPLAY_KEY.encode(), replay_of, "pushes", PUSH)
