@@ -136,3 +136,43 @@ def test_a_replay_is_confirmed_and_its_outcomes_say_what_it_was_for(
     finally:
         for future in kafka_admin.delete_topics(outputs).values():
             future.result(timeout=30)
+
+
+def test_a_bulk_replay_dry_run_says_how_many_would_fail_again_where_and_offers_a_way_around(
+    open_page, people, pipeline, bad_push
+):
+    """Before: the count said "2 parked messages match" and the replay sent the one that fails again."""
+    passes, fails = test_dlq_ui.store(
+        pipeline,
+        [
+            (
+                b"repo-1",
+                json.dumps(fixed(bad_push, 1)).encode(),
+                "JsonPathNotFound",
+                "path /payload/size not found",
+            ),
+            (b"repo-2", bad_push, "JsonPathNotFound", "path /payload/size not found"),
+        ],
+    )
+    page = open_page(people["operator"])
+    page.goto(f"/dlq/bulk/?pipeline={pipeline.name}&kind=replay")
+    page.get_by_test_id("bulk-count").click()
+    expect(page.get_by_test_id("bulk-preview")).to_contain_text("2 parked messages match")
+    summary = page.get_by_test_id("would-fail-summary")
+    expect(summary).to_contain_text("1 of 2 would fail again at pushes (JsonPathNotFound")
+    expect(page.get_by_test_id("bulk-create")).to_be_enabled()  # still the action the person chose
+    expect(page.get_by_test_id("exclude-failing")).to_have_text("Leave them out: replay the other 1")
+    expect(page.get_by_test_id("skip-failing")).to_have_class("button secondary")
+
+    page.get_by_test_id("skip-failing").click()
+    expect(page.get_by_test_id("bulk-kind")).to_have_value("skip")
+    page.get_by_test_id("bulk-count").click()
+    expect(page.get_by_test_id("bulk-preview")).to_contain_text("1 parked message match")
+    page.go_back()
+    page.get_by_test_id("bulk-count").click()
+    page.get_by_test_id("exclude-failing").click()
+    page.get_by_test_id("bulk-count").click()
+    expect(page.get_by_test_id("bulk-preview")).to_contain_text("1 parked message match")
+    expect(page.get_by_test_id("bulk-would-fail")).to_be_hidden()
+    assert page.url.endswith(f"ids={passes.pk}")
+    assert fails.pk != passes.pk
