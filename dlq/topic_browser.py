@@ -595,7 +595,7 @@ def find_by_lineage(
                     remaining.discard(partition)
                     continue
                 found = msg.headers() or []
-                if any(name == c.H_LINEAGE and value == wanted for name, value in found):
+                if any(header[0] == c.H_LINEAGE and header[1] == wanted for header in found):
                     return Record.from_message(msg)
                 scanned += len(msg.value() or b"") + len(msg.key() or b"")
                 if offset + 1 >= ends[partition]:
