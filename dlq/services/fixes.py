@@ -188,14 +188,30 @@ def _within_limit(
     )
 
 
+def for_its_replay(dead_letter: DeadLetter, check: PayloadCheck | None) -> PayloadCheck | None:
+    """``check`` narrowed to the destinations a replay of ``dead_letter`` to its source topic is for (its
+    own destination names, when the spec still has every one of them: ``replays.PipelineTopics.scope``),
+    with ``would_pass`` over those only: the others never see the replayed record."""
+    if check is None:
+        return None
+    names = {n.strip() for n in dead_letter.destination.split(",") if n.strip()}
+    if not names or not names <= {d.destination for d in check.destinations}:
+        return check
+    kept = tuple(d for d in check.destinations if d.destination in names)
+    return PayloadCheck(
+        would_pass=all(d.outcome != "dead_lettered" for d in kept), revision=check.revision, destinations=kept
+    )
+
+
 def check_draft(*, actor: AnyUser, dead_letter: DeadLetter, value: bytes) -> DraftCheck:
-    """What saving ``value`` as a fix would give, without storing anything (see ``DraftCheck``). Needs the
-    operator role, like the fix it previews. Raises PermissionDenied."""
+    """What saving ``value`` as a fix would give, without storing anything (see ``DraftCheck``; the check
+    lists the destinations its replay is for, ``for_its_replay``). Needs the operator role, like the fix it
+    previews. Raises PermissionDenied."""
     require_role(actor, dead_letter.team, Role.OPERATOR)
     original = bytes(dead_letter.value) if dead_letter.value is not None else None
     current, _ = current_payload(dead_letter)
     return DraftCheck(
-        check=check_payload(dead_letter=dead_letter, value=value),
+        check=for_its_replay(dead_letter, check_payload(dead_letter=dead_letter, value=value)),
         diff=payload_diff(original, value),
         unchanged=current == value,
     )
@@ -223,7 +239,7 @@ def fix_payload(*, actor: User, dead_letter: DeadLetter, value: bytes, reason: s
         previous, latest = current_payload(locked)
         if previous == value:
             raise InvalidRequest("value", "the payload is unchanged")
-        check = check_payload(dead_letter=locked, value=value)
+        check = for_its_replay(locked, check_payload(dead_letter=locked, value=value))
         revision = PayloadRevision.objects.create(
             dead_letter=locked,
             number=(latest.number + 1) if latest else 1,

@@ -65,6 +65,13 @@ def test_a_replay_that_the_broker_or_the_driver_would_refuse_is_named_first(
     [unparsed] = services.would_fail_again(garbled, bytes(garbled.value))
     assert (unparsed.destination, unparsed.error_type) == ("pushes", "MessageDeserialization")
 
+    # The fix editor's check lists only pushes too, and its verdict is over pushes alone.
+    draft = services.check_draft(actor=operator, dead_letter=garbled, value=b"{still not json")
+    assert [d.destination for d in draft.check.destinations] == ["pushes"]
+    assert draft.check.would_pass is False
+    draft = services.check_draft(actor=operator, dead_letter=too_large, value=_push("o" * 2500))
+    assert [(d.destination, d.error_type) for d in draft.check.destinations] == [("pushes", "RecordTooLarge")]
+
     with pytest.raises(WouldFailAgain):
         services.replay(actor=operator, dead_letter=too_large)
     refused = api_for(operator).post(f"/api/dlq/messages/{too_large.pk}/replay/", {}, format="json")
