@@ -25,6 +25,7 @@ from dlq.models import DeadLetter, Replay
 from streamforge_core import contract as c
 from streamforge_core.kafka import KafkaConnection, Record, consumer_config, producer_config
 from tests.browser import test_dlq_ui
+from tests.browser.conftest import screenshot
 from tests.dlq.conftest import dlq_headers
 
 pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.kafka]
@@ -90,6 +91,7 @@ def test_a_replay_is_confirmed_and_its_outcomes_say_what_it_was_for(
         expect(dialog).to_contain_text(f"#{prs_letter.pk} (pull-requests): they stay parked")
         expect(dialog).to_contain_text("(optional, kept in the audit log)")
         expect(page.get_by_test_id("confirm-submit")).not_to_have_class("danger")
+        screenshot(page, "dlq-replay-confirm")
         assert not Replay.objects.filter(dead_letter=pushes_letter).exists()  # nothing sent before confirming
         page.get_by_test_id("confirm-reason").fill("the producer re-sent the size")
         page.get_by_test_id("confirm-submit").dblclick()  # one confirmation: one replay
@@ -127,6 +129,7 @@ def test_a_replay_is_confirmed_and_its_outcomes_say_what_it_was_for(
         expect(prs).to_have_attribute("data-outcome", "not_in_replay")
         expect(prs).to_contain_text("not part of this replay")
         expect(page.get_by_test_id("timed-out")).to_have_count(0)
+        screenshot(page, "record-outcomes-replay")
 
         # Committed past, outcome unknown: the page never asks whether the pipeline is running.
         page.goto(f"/pipelines/{pipeline.name}/topics/{source}/records/0/1/?wait=0")
@@ -163,6 +166,7 @@ def test_a_bulk_replay_dry_run_says_how_many_would_fail_again_where_and_offers_a
     expect(page.get_by_test_id("bulk-create")).to_be_enabled()  # still the action the person chose
     expect(page.get_by_test_id("exclude-failing")).to_have_text("Leave them out: replay the other 1")
     expect(page.get_by_test_id("skip-failing")).to_have_class("button secondary")
+    screenshot(page, "dlq-bulk-would-fail")
 
     page.get_by_test_id("skip-failing").click()
     expect(page.get_by_test_id("bulk-kind")).to_have_value("skip")
