@@ -67,7 +67,7 @@
         links.appendChild(document.createTextNode(" "));
       }
       if (p.passing_ids.length) offer("Leave them out: replay the other " + p.passing_ids.length.toLocaleString("en-US"), "replay", p.passing_ids, "exclude-failing");
-      if (p.failing_ids.length === p.would_fail) offer("Skip these " + p.would_fail.toLocaleString("en-US") + " instead…", "skip", p.failing_ids, "skip-failing");
+      if (p.failing_ids.length === p.would_fail) offer("Skip the " + p.would_fail.toLocaleString("en-US") + " that would fail…", "skip", p.failing_ids, "skip-failing");
       wouldFail.appendChild(links);
     }
 
