@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from confluent_kafka import KafkaException
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 
@@ -37,12 +38,14 @@ from pipelines.lag import consumer_group_lag
 from pipelines.models import Pipeline
 from pipelines.services import dry_run
 from streamforge_core import contract as c
+from streamforge_core import replay_signing
+from streamforge_core.kafka import Record
 
 #: How far before the source record's timestamp a destination is searched (ms): a destination timestamp
 #: rule may move a produced record's timestamp somewhat earlier than its source's.
 SEARCH_MARGIN_MS = 60_000
 
-OutcomeKind = Literal["produced", "dead_lettered", "filtered", "pending"]
+OutcomeKind = Literal["produced", "dead_lettered", "filtered", "not_in_replay", "pending"]
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,8 @@ def produce_test_message(
 @dataclass(frozen=True)
 class DestinationOutcome:
     """What became of a source record at one destination: ``outcome`` (``produced``, ``dead_lettered``,
-    ``filtered`` or ``pending`` while nothing is known yet), ``expected`` (what the dry run of the current
+    ``filtered``, ``not_in_replay`` for a console replay destined for other destinations only, which the
+    driver skips here, or ``pending`` while nothing is known yet), ``expected`` (what the dry run of the current
     spec says: ``produced``, ``filtered`` or ``dead_lettered``; empty when the record could not be read),
     where it was produced (``partition``, ``offset`` on ``topic``), or the dead letter (``dead_letter_id``,
     ``error_type``, ``error_message``)."""
@@ -145,8 +149,9 @@ class RecordOutcomes:
     ``found`` is False when the source record cannot be read (then only dead letters are known);
     ``erased`` when an approved delete erased its content (then it is not read or evaluated either);
     ``test_by`` who sent it as a test message through the console (empty: it is none);
-    ``committed`` whether the pipeline's consumer group has committed past the record; ``error`` non-empty
-    when the cluster did not answer."""
+    ``committed`` whether the pipeline's consumer group has committed past the record (then a pending
+    destination is not waiting for the pipeline to read it); ``replay_for`` the destinations a console
+    replay is for (empty: every destination); ``error`` non-empty when the cluster did not answer."""
 
     topic: str
     partition: int
@@ -158,13 +163,60 @@ class RecordOutcomes:
     destinations: list[DestinationOutcome]
     error: str = ""
     erased: bool = False
+    replay_for: tuple[str, ...] = ()
+
+
+def resolve_outcome(
+    *, expected: str, dead_lettered: bool, produced: bool, committed: bool, in_replay: bool
+) -> OutcomeKind:
+    """One destination's outcome from what is known of it (pure): a dead letter stored for it wins; else
+    ``not_in_replay`` when the record is a console replay for other destinations only (the driver writes it
+    nowhere here, ``pipelines.spark.writer.replay_scope``); else ``produced`` when its record was found;
+    else ``filtered`` when the dry run says the filter drops it (``expected``) and the pipeline's group has
+    committed past it; else ``pending``."""
+    if dead_lettered:
+        return "dead_lettered"
+    if not in_replay:
+        return "not_in_replay"
+    if produced:
+        return "produced"
+    if expected == "filtered" and committed:
+        return "filtered"
+    return "pending"
+
+
+def replay_destinations(record: Record, *, destinations: list[str], dlq_topic: str) -> frozenset[str] | None:
+    """The destinations a source ``record`` is for when it is a console replay (its replay headers carry
+    the console's valid signature, ``streamforge_core.replay_signing``): the named ones of ``destinations``,
+    or none at all when it replays another DLQ topic than ``dlq_topic``. None: every destination (not a
+    replay, a replay for all, unsigned or forged headers, or names none of which exist any more). The rules
+    of ``pipelines.spark.writer.replay_scope``, which the driver applies (the last header of a name counts).
+    """
+    found: dict[str, str] = {}
+    for name, value in record.headers:
+        if name in (c.H_REPLAY_OF, c.H_REPLAY_DESTINATIONS, c.H_REPLAY_SIGNATURE):
+            found[name] = (value or b"").decode("utf-8", "replace")
+    replay_of, named = found.get(c.H_REPLAY_OF), found.get(c.H_REPLAY_DESTINATIONS)
+    if replay_of is None and named is None:
+        return None
+    key = settings.REPLAY_KEY.encode()
+    if not replay_signing.verify(
+        key, replay_of or "", named or "", record.value, found.get(c.H_REPLAY_SIGNATURE)
+    ):
+        return None
+    if replay_of is not None and replay_of.rsplit("/", 2)[0] != dlq_topic:
+        return frozenset()
+    if named is None:
+        return None
+    only = frozenset(n.strip() for n in named.split(",")) & set(destinations)
+    return only or None
 
 
 def record_outcomes(pipeline: Pipeline, *, topic: str, partition: int, offset: int) -> RecordOutcomes:
     """What became of the record at ``topic``/``partition``/``offset`` (a source topic of ``pipeline``) at
-    each destination: a dead letter stored for it (``DeadLetter.source_*``) wins; else a destination record
-    carrying its lineage header; else ``filtered`` when the dry run says the filter drops it and the
-    pipeline's group has committed past it; else ``pending``. Raises TopicNotFound for a topic that is not
+    each destination, by ``resolve_outcome``: a dead letter stored for it (``DeadLetter.source_*``), a
+    console replay for other destinations (``replay_destinations``), a destination record carrying its
+    lineage header (``topic_browser.find_by_lineage``), the dry run and the group's committed offset. Raises TopicNotFound for a topic that is not
     a source topic of the pipeline; a cluster that does not answer is reported in ``error``."""
     spec = topic_browser.spec_of(pipeline)
     if topic not in spec.source.topics:
@@ -206,29 +258,41 @@ def record_outcomes(pipeline: Pipeline, *, topic: str, partition: int, offset: i
             timestamp_ms=record.timestamp_ms,
         )
         expected = [(r.outcome, r.error_message or "") for r in dry_run(spec=spec, messages=[message])[0]]
+    scope = (
+        replay_destinations(
+            record, destinations=[d.name for d in spec.destinations], dlq_topic=spec.dlq.topic
+        )
+        if record is not None
+        else None
+    )
     outcomes: list[DestinationOutcome] = []
     for dest, (kind, why) in zip(spec.destinations, expected, strict=True):
         letter = letters.get(dest.name) or letters.get(c.ALL_DESTINATIONS)
         base = DestinationOutcome(dest.name, dest.topic, "pending", expected=kind, expected_error=why)
-        if letter is not None:
-            outcomes.append(
-                _with(base, "dead_lettered", dead_letter_id=letter.pk, error_type=letter.error_type,
-                      error_message=letter.error_message)
-            )  # fmt: skip
-            continue
+        in_replay = scope is None or dest.name in scope
         landed = None
-        if record is not None and not error and kind != "filtered":
+        if letter is None and in_replay and record is not None and not error and kind != "filtered":
             since = (record.timestamp_ms or 0) - SEARCH_MARGIN_MS
             try:
                 landed = topic_browser.find_by_lineage(pipeline, dest.topic, lineage, since_ms=since)
             except KafkaException as exc:
                 error = f"the cluster did not answer: {exc}"
-        if landed is not None:
-            outcomes.append(_with(base, "produced", partition=landed.partition, offset=landed.offset))
-        elif kind == "filtered" and committed:
-            outcomes.append(_with(base, "filtered"))
+        outcome = resolve_outcome(
+            expected=kind,
+            dead_lettered=letter is not None,
+            produced=landed is not None,
+            committed=committed,
+            in_replay=in_replay,
+        )
+        if letter is not None:
+            outcomes.append(
+                _with(base, outcome, dead_letter_id=letter.pk, error_type=letter.error_type,
+                      error_message=letter.error_message)
+            )  # fmt: skip
+        elif landed is not None:
+            outcomes.append(_with(base, outcome, partition=landed.partition, offset=landed.offset))
         else:
-            outcomes.append(base)
+            outcomes.append(_with(base, outcome))
     return RecordOutcomes(
         topic=topic,
         partition=partition,
@@ -242,6 +306,7 @@ def record_outcomes(pipeline: Pipeline, *, topic: str, partition: int, offset: i
         destinations=outcomes,
         error=error,
         erased=erased,
+        replay_for=tuple(sorted(scope)) if scope is not None else (),
     )
 
 

@@ -67,6 +67,8 @@ MAX_PAGE_SIZE = 500
 READ_TIMEOUT_SECONDS = 10.0
 #: A read fetches at most about this many bytes (values, keys and headers), then stops with what it has.
 READ_MAX_BYTES = 16 * 1024 * 1024
+#: How many bytes ``find_by_lineage`` scans at most (it keeps only the record it looks for).
+LINEAGE_SCAN_MAX_BYTES = 1024 * 1024 * 1024
 #: Topic configs shown on the page, in this order (others are in the API answer too).
 SHOWN_CONFIGS = (
     "cleanup.policy",
@@ -604,8 +606,10 @@ def find_by_lineage(
 ) -> Record | None:
     """The first record of ``topic`` at or after ``since_ms`` (epoch ms) whose lineage header is
     ``lineage`` (``topic/partition/offset`` of its source record), or None. Reads at most to the topic's
-    current end, ``timeout`` seconds and ``READ_MAX_BYTES``; raises KafkaException when the cluster does not
-    answer."""
+    current end, ``timeout`` seconds and ``LINEAGE_SCAN_MAX_BYTES``, keeping only the match (a destination
+    that takes every record, such as an archive of large events, holds far more than a page's
+    ``READ_MAX_BYTES`` after ``since_ms``); raises KafkaException when the cluster does not answer."""
+    wanted = lineage.encode()
     consumer = _browse_consumer(_connection(pipeline))
     try:
         watermarks = _read_watermarks(consumer, topic, timeout)
@@ -613,11 +617,34 @@ def find_by_lineage(
             return None
         chosen = sorted(watermarks)
         starts = _starts(consumer, topic, chosen, watermarks, None, since_ms, timeout)
-        ranges = {p: (starts[p], watermarks[p][1]) for p in chosen if starts[p] < watermarks[p][1]}
-        records, _ = _read(consumer, topic, ranges, timeout=timeout, max_bytes=READ_MAX_BYTES)
+        ends = {p: watermarks[p][1] for p in chosen if starts[p] < watermarks[p][1]}
+        if not ends:
+            return None
+        consumer.assign([TopicPartition(topic, p, starts[p]) for p in ends])
+        remaining = set(ends)
+        scanned = 0
+        deadline = time.monotonic() + timeout
+        while remaining and time.monotonic() < deadline and scanned < LINEAGE_SCAN_MAX_BYTES:
+            for msg in consumer.consume(num_messages=500, timeout=0.05):
+                err = msg.error()
+                partition = msg.partition() or 0
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        remaining.discard(partition)
+                    continue
+                offset = msg.offset() or 0
+                if offset >= ends[partition]:
+                    remaining.discard(partition)
+                    continue
+                found = msg.headers() or []
+                if any(header[0] == c.H_LINEAGE and header[1] == wanted for header in found):
+                    return Record.from_message(msg)
+                scanned += len(msg.value() or b"") + len(msg.key() or b"")
+                if offset + 1 >= ends[partition]:
+                    remaining.discard(partition)
     finally:
         consumer.close()
-    return next((r for r in records if r.header(c.H_LINEAGE) == lineage), None)
+    return None
 
 
 # ------------------------------------------------------------------------------------------ search and tail

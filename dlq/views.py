@@ -145,6 +145,10 @@ def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
             if can_operate and dead_letter.status != Status.DELETED
             else "",
             "parked_siblings": sum(1 for sibling in info.siblings if sibling.status == Status.PARKED),
+            # What the replay confirmation names: where it goes, for which destinations, which it leaves.
+            "replay_plan": services.replay_plan(dead_letter, info.siblings)
+            if can_operate and dead_letter.status == Status.PARKED
+            else None,
             "editor_text": editor_text,
             "editor_mode": editor_mode,
         },

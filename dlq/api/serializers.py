@@ -321,6 +321,16 @@ class BulkProgressSerializer(serializers.Serializer[dict[str, Any]]):
     fraction = serializers.FloatField()
 
 
+class FailingReasonSerializer(serializers.Serializer[Any]):
+    """How many selected messages would fail again at one destination (or the replay's target topic) with
+    one error type, and the first one's error message."""
+
+    destination = serializers.CharField()
+    error_type = serializers.CharField()
+    error_message = serializers.CharField()
+    count = serializers.IntegerField()
+
+
 class BulkPreviewSerializer(serializers.Serializer[BulkPreview]):
     """``POST /api/dlq/bulk/`` with ``dry_run``: parked messages the filter selects, per team name, and
     whether creating the action would wait for an approver (more than ``approval_threshold``)."""
@@ -329,6 +339,12 @@ class BulkPreviewSerializer(serializers.Serializer[BulkPreview]):
     teams = serializers.DictField(child=serializers.IntegerField())
     needs_approval = serializers.BooleanField()
     approval_threshold = serializers.IntegerField()
+    # A replay's dry run: ``would_fail`` of the first ``checked`` would fail again, grouped by where and why.
+    checked = serializers.IntegerField()
+    would_fail = serializers.IntegerField()
+    failing = FailingReasonSerializer(many=True)
+    failing_ids = serializers.ListField(child=serializers.IntegerField())
+    passing_ids = serializers.ListField(child=serializers.IntegerField())
 
 
 class BulkFiltersSerializer(serializers.Serializer[dict[str, Any]]):

@@ -268,8 +268,8 @@ class ProducedTestSerializer(serializers.Serializer[Any]):
 
 
 class RecordDestinationOutcomeSerializer(serializers.Serializer[Any]):
-    """One destination's outcome (``produced``, ``dead_lettered``, ``filtered``, ``pending``) and what the
-    dry run expected."""
+    """One destination's outcome (``produced``, ``dead_lettered``, ``filtered``, ``not_in_replay``: a
+    console replay for other destinations only, ``pending``) and what the dry run expected."""
 
     destination = serializers.CharField()
     topic = serializers.CharField()
@@ -297,6 +297,8 @@ class RecordOutcomesSerializer(serializers.Serializer[Any]):
     destinations = RecordDestinationOutcomeSerializer(many=True)
     error = serializers.CharField()
     erased = serializers.BooleanField()
+    # A console replay's destinations (empty: every destination); the others are ``not_in_replay``.
+    replay_for = serializers.ListField(child=serializers.CharField())
 
 
 # ------------------------------------------------------------------------------------------ views

@@ -16,6 +16,7 @@ The runner is enqueued by task name (``RUN_BULK_TASK``), so this module never im
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import queue
@@ -42,7 +43,7 @@ from access.id_lists import among
 from access.models import Role, Team
 from access.permissions import AnyUser, is_admin, require_role
 from dlq import signals
-from dlq.filters import MessageFilter
+from dlq.filters import MAX_IDS, MessageFilter
 from dlq.models import (
     ApprovalKind,
     ApprovalRequest,
@@ -67,6 +68,7 @@ from dlq.services.replays import (
     record_answers,
     replay_record,
     resolve_in_doubt,
+    would_fail_again,
 )
 from streamforge_core.kafka import topic_name_problem
 
@@ -225,6 +227,25 @@ class BulkPreview:
     teams: Mapping[str, int]
     needs_approval: bool
     approval_threshold: int
+    # A replay's dry run: how many of the first ``checked`` selected messages would fail again, where and
+    # why (``FailingReason``, most first), and their ids (at most ``MAX_IDS``), to open, skip or leave out.
+    checked: int = 0
+    would_fail: int = 0
+    failing: tuple[FailingReason, ...] = ()
+    failing_ids: tuple[int, ...] = ()
+    # The ids that would pass, when every selected message was checked and they are at most ``MAX_IDS``.
+    passing_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class FailingReason:
+    """``count`` selected messages would be dead-lettered again at ``destination`` (or refused at the
+    replay's target topic of that name) with ``error_type``; ``error_message`` is the first one's."""
+
+    destination: str
+    error_type: str
+    error_message: str
+    count: int
 
 
 def _bulk_queryset(actor: AnyUser, selection: MessageFilter) -> QuerySet[DeadLetter]:
@@ -262,12 +283,59 @@ def preview_bulk(*, actor: User, selection: MessageFilter, kind: str = BulkKind.
     window."""
     per_team = dict(_counts_by_team(_bulk_queryset(actor, selection)))
     total = sum(per_team.values())
-    return BulkPreview(
+    preview = BulkPreview(
         count=total,
         teams=per_team,
         needs_approval=needs_approval(kind, total, recent=recent_volume(actor_id=actor.pk)),
         approval_threshold=settings.DLQ_BULK_APPROVAL_THRESHOLD,
     )
+    if kind != BulkKind.REPLAY or not total:
+        return preview
+    checked, failing, ids = _would_fail_again_in(_bulk_queryset(actor, selection))
+    if not ids:
+        return dataclasses.replace(preview, checked=len(checked))
+    passing = [pk for pk in checked if pk not in set(ids)]
+    return dataclasses.replace(
+        preview,
+        checked=len(checked),
+        would_fail=len(ids),
+        failing=failing,
+        failing_ids=tuple(ids[:MAX_IDS]),
+        passing_ids=tuple(passing) if len(checked) == total and len(passing) <= MAX_IDS else (),
+    )
+
+
+#: A replay's dry run checks at most this many of the selected messages (oldest first) against the pipeline.
+DRY_RUN_CHECK_LIMIT = 2000
+
+
+def _would_fail_again_in(qs: QuerySet[DeadLetter]) -> tuple[list[int], tuple[FailingReason, ...], list[int]]:
+    """(the ids checked, why they would fail grouped by destination and error type, most first, the
+    failing ids) for the first ``DRY_RUN_CHECK_LIMIT`` messages of ``qs``, each with the payload a replay
+    sends (its latest fix, else the original) to its source topic (``replays.would_fail_again``)."""
+    rows = list(qs.select_related("pipeline__current_revision").order_by("id")[:DRY_RUN_CHECK_LIMIT])
+    fixes = _latest_payloads([r.pk for r in rows])
+    topics: dict[int | None, PipelineTopics] = {}
+    reasons: dict[tuple[str, str], list[Any]] = {}
+    failing_ids: list[int] = []
+    for row in rows:
+        value = fixes[row.pk][1] if row.pk in fixes else (bytes(row.value) if row.value is not None else None)
+        if row.pipeline_id not in topics:
+            topics[row.pipeline_id] = pipeline_topics(row.pipeline_id)
+        failing = would_fail_again(row, value, topics=topics[row.pipeline_id])
+        if not failing:
+            continue
+        failing_ids.append(row.pk)
+        for outcome in failing:
+            entry = reasons.setdefault(
+                (outcome.destination, outcome.error_type or ""), [outcome.error_message or "", 0]
+            )
+            entry[1] += 1
+    grouped = sorted(
+        (FailingReason(dest, error_type, message, n) for (dest, error_type), (message, n) in reasons.items()),
+        key=lambda r: (-r.count, r.destination, r.error_type),
+    )
+    return [r.pk for r in rows], tuple(grouped), failing_ids
 
 
 def create_bulk(

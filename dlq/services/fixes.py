@@ -8,6 +8,7 @@ The original payload is never changed: each fix is a ``PayloadRevision``; a repl
 from __future__ import annotations
 
 import base64
+import dataclasses
 import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -21,11 +22,18 @@ from access.models import Role
 from access.permissions import AnyUser, require_role
 from dlq import headers
 from dlq.models import DeadLetter, PayloadRevision, Status
+from dlq.services import kafka_io
 from dlq.services.errors import Conflict, InvalidRequest
 from dlq.services.rendering import decode_headers, render_bytes
 from pipelines.dsl import Message
-from pipelines.services import dry_run
+from pipelines.services import DestinationResult, dry_run
 from pipelines.spec import SpecError
+from streamforge_core import contract as c
+from streamforge_core.kafka import record_size
+
+#: The lineage header's value is ``topic/partition/offset``; its offset is counted at its widest (a long)
+#: so the size a check predicts is never below the record the driver writes.
+_WIDEST_OFFSET = "9" * 19
 
 
 @dataclass(frozen=True)
@@ -113,7 +121,10 @@ def payload_diff(old: bytes | None, new: bytes, *, masked_paths: Sequence[str] =
 def check_payload(*, dead_letter: DeadLetter, value: bytes) -> PayloadCheck | None:
     """Would the pipeline's current revision now process this payload? Runs the record (new value,
     original key, headers and timestamp) through the pure-Python evaluator, the same semantics the Spark
-    job has (property-tested). None when the dead letter has no pipeline (a foreign DLQ), the pipeline no
+    job has (property-tested), then each produced record against its topic's ``max.message.bytes`` read
+    from the broker (``kafka_io.topic_limits``, cached briefly): larger is ``RecordTooLarge``, as the
+    driver dead-letters it. A payload that does not parse is ``MessageDeserialization`` at every destination
+    (the evaluator's). None when the dead letter has no pipeline (a foreign DLQ), the pipeline no
     revision, or the revision no longer passes validation.
     """
     pipeline = dead_letter.pipeline
@@ -132,6 +143,12 @@ def check_payload(*, dead_letter: DeadLetter, value: bytes) -> PayloadCheck | No
         timestamp_ms=timestamp,
     )
     results = dry_run(spec=spec, messages=[message])[0]
+    limits = kafka_io.topic_limits([r.topic for r in results], dead_letter.cluster_id)
+    lineage = (
+        c.H_LINEAGE,
+        f"{dead_letter.source_topic}/{dead_letter.source_partition}/{_WIDEST_OFFSET}".encode(),
+    )
+    results = [_within_limit(r, limits.get(r.topic), lineage) for r in results]
     return PayloadCheck(
         would_pass=all(r.outcome != "dead_lettered" for r in results),
         revision=pipeline.current_revision.number,
@@ -148,14 +165,53 @@ def check_payload(*, dead_letter: DeadLetter, value: bytes) -> PayloadCheck | No
     )
 
 
+def _within_limit(
+    result: DestinationResult, limit: kafka_io.TopicLimit | None, lineage: tuple[str, bytes]
+) -> DestinationResult:
+    """``result``, or, when the record it would produce is larger than its topic's ``max.message.bytes``
+    (``record_size`` with the lineage header the driver adds), the ``RecordTooLarge`` dead letter the driver
+    writes instead (``pipelines.spark.writer``). Unchanged when the limit is not known."""
+    if result.outcome != "produced" or limit is None or limit.max_message_bytes is None:
+        return result
+    value = result.value.encode() if result.value is not None else None
+    key = result.key.encode() if result.key is not None else None
+    headers = [(n, v.encode() if v is not None else None) for n, v in result.headers.items()]
+    size = record_size(value, key, [*headers, lineage])
+    if size <= limit.max_message_bytes:
+        return result
+    return dataclasses.replace(
+        result,
+        outcome="dead_lettered",
+        error_type=c.RECORD_TOO_LARGE,
+        error_message=f"record of about {size} bytes exceeds max.message.bytes={limit.max_message_bytes} "
+        f"of topic {result.topic}",
+    )
+
+
+def for_its_replay(dead_letter: DeadLetter, check: PayloadCheck | None) -> PayloadCheck | None:
+    """``check`` narrowed to the destinations a replay of ``dead_letter`` to its source topic is for (its
+    own destination names, when the spec still has every one of them: ``replays.PipelineTopics.scope``),
+    with ``would_pass`` over those only: the others never see the replayed record."""
+    if check is None:
+        return None
+    names = {n.strip() for n in dead_letter.destination.split(",") if n.strip()}
+    if not names or not names <= {d.destination for d in check.destinations}:
+        return check
+    kept = tuple(d for d in check.destinations if d.destination in names)
+    return PayloadCheck(
+        would_pass=all(d.outcome != "dead_lettered" for d in kept), revision=check.revision, destinations=kept
+    )
+
+
 def check_draft(*, actor: AnyUser, dead_letter: DeadLetter, value: bytes) -> DraftCheck:
-    """What saving ``value`` as a fix would give, without storing anything (see ``DraftCheck``). Needs the
-    operator role, like the fix it previews. Raises PermissionDenied."""
+    """What saving ``value`` as a fix would give, without storing anything (see ``DraftCheck``; the check
+    lists the destinations its replay is for, ``for_its_replay``). Needs the operator role, like the fix it
+    previews. Raises PermissionDenied."""
     require_role(actor, dead_letter.team, Role.OPERATOR)
     original = bytes(dead_letter.value) if dead_letter.value is not None else None
     current, _ = current_payload(dead_letter)
     return DraftCheck(
-        check=check_payload(dead_letter=dead_letter, value=value),
+        check=for_its_replay(dead_letter, check_payload(dead_letter=dead_letter, value=value)),
         diff=payload_diff(original, value),
         unchanged=current == value,
     )
@@ -183,7 +239,7 @@ def fix_payload(*, actor: User, dead_letter: DeadLetter, value: bytes, reason: s
         previous, latest = current_payload(locked)
         if previous == value:
             raise InvalidRequest("value", "the payload is unchanged")
-        check = check_payload(dead_letter=locked, value=value)
+        check = for_its_replay(locked, check_payload(dead_letter=locked, value=value))
         revision = PayloadRevision.objects.create(
             dead_letter=locked,
             number=(latest.number + 1) if latest else 1,

@@ -266,3 +266,58 @@ def retention_text(retention_ms: int | None) -> str:
     else:
         amount = f"{retention_ms / 60_000:g} minutes"
     return f"at least {amount} (retention.ms = {retention_ms})"
+
+
+#: How long a topic's ``max.message.bytes`` (or that it is forbidden or unknown) is cached (seconds).
+LIMITS_CACHE_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class TopicLimit:
+    """What the broker says of a topic a record would be produced to: its ``max.message.bytes`` (None when
+    not known: the topic does not exist yet, or the broker did not answer), and ``problem``, non-empty when
+    producing there fails whatever the record: ``TopicAuthorizationFailed`` (the console's principal may not
+    describe or write it)."""
+
+    max_message_bytes: int | None
+    problem: str = ""
+
+
+def topic_limits(topics: Sequence[str], cluster_id: int | None) -> dict[str, TopicLimit]:
+    """Each topic's ``TopicLimit`` on cluster ``cluster_id`` (Kafka topic config ``max.message.bytes``: the
+    largest record batch the broker accepts, ``RecordTooLarge`` above it), read with one DescribeConfigs
+    request bounded to 2 s and cached for ``LIMITS_CACHE_SECONDS`` per topic. Never raises: an unanswered
+    topic is ``TopicLimit(None)``."""
+    found: dict[str, TopicLimit] = {}
+    wanted = []
+    for topic in dict.fromkeys(topics):
+        cached = cache.get(f"dlq:topic-limit:{cluster_id or 0}:{topic}")
+        if cached is not None:
+            found[topic] = TopicLimit(*cached)
+        else:
+            wanted.append(topic)
+    if not wanted:
+        return found
+    try:
+        admin = AdminClient(admin_config(connection_of(cluster_id)))
+        futures = admin.describe_configs(
+            [ConfigResource(ConfigResource.Type.TOPIC, t) for t in wanted], request_timeout=2
+        )
+    except Exception:  # no admin client: nothing is known, nothing is claimed
+        return {**found, **{t: TopicLimit(None) for t in wanted}}
+    for resource, future in futures.items():
+        try:
+            limit = TopicLimit(int(future.result(timeout=2)["max.message.bytes"].value))
+        except KafkaException as exc:
+            code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
+            forbidden = code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+            limit = TopicLimit(None, "TopicAuthorizationFailed" if forbidden else "")
+        except Exception:  # a timeout: unknown
+            limit = TopicLimit(None)
+        found[resource.name] = limit
+        cache.set(
+            f"dlq:topic-limit:{cluster_id or 0}:{resource.name}",
+            (limit.max_message_bytes, limit.problem),
+            LIMITS_CACHE_SECONDS,
+        )
+    return found

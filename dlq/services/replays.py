@@ -40,7 +40,7 @@ from pipelines.models import Pipeline
 from pipelines.spec import SpecError
 from streamforge_core import contract as c
 from streamforge_core import replay_signing
-from streamforge_core.kafka import topic_name_problem
+from streamforge_core.kafka import record_size, topic_name_problem
 
 
 class ReplaySource(Protocol):
@@ -195,10 +195,15 @@ def would_fail_again(
     where the owning pipeline's current revision would dead-letter it again, with the error it would get
     (``fixes.check_payload``, the evaluator the Spark job agrees with). Empty when it would pass there, when
     the target is not a source of the pipeline (nothing evaluates it), or when there is nothing to check
-    against (no pipeline, no revision, no value). ``topics``: the pipeline's, when the caller already has
+    against (no pipeline, no revision, no value). First the target itself (``_refused_by_target``): a
+    forbidden topic, or a replayed record above its ``max.message.bytes``, fails whatever the pipeline does.
+    ``topics``: the pipeline's, when the caller already has
     them (``pipeline_topics``)."""
     target = target or dead_letter.source_topic
     topics = topics if topics is not None else pipeline_topics(dead_letter.pipeline_id)
+    at_target = _refused_by_target(dead_letter, value, target)
+    if at_target is not None:
+        return [at_target]
     if value is None or target not in topics.sources:
         return []
     check = check_payload(dead_letter=dead_letter, value=value)
@@ -207,6 +212,61 @@ def would_fail_again(
     scope = topics.scope(dead_letter.destination, target)
     names = set(scope.split(",")) if scope else None
     return [d for d in check.dead_lettered() if names is None or d.destination in names]
+
+
+def _refused_by_target(
+    dead_letter: DeadLetter, value: bytes | None, target: str
+) -> DestinationOutcome | None:
+    """Why the broker would refuse the replayed record itself at ``target`` (named as its ``destination``
+    and ``topic``), or None: the console may not write the topic (``TopicAuthorizationFailed``), or the
+    record (``replay_record``'s, with the replay headers) is larger than the topic's ``max.message.bytes``
+    (``RecordTooLarge``, Kafka topic config). Nothing is claimed when the broker does not say."""
+    if not target:
+        return None
+    limit = kafka_io.topic_limits([target], dead_letter.cluster_id)[target]
+    if limit.problem:
+        return DestinationOutcome(
+            target, target, "dead_lettered", limit.problem, f"the console may not write to topic {target}"
+        )
+    if limit.max_message_bytes is None:
+        return None
+    probe = Replay(target_topic=target, destinations=dead_letter.destination)
+    out = replay_record(dead_letter, probe, value, "x" * 150)  # a username is at most 150 characters
+    size = record_size(out.value, out.key, out.headers)
+    if size <= limit.max_message_bytes:
+        return None
+    return DestinationOutcome(
+        target,
+        target,
+        "dead_lettered",
+        c.RECORD_TOO_LARGE,
+        f"the replayed record of about {size} bytes exceeds max.message.bytes={limit.max_message_bytes} "
+        f"of topic {target}",
+    )
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """What a replay of a dead letter now would do, for its confirmation: the ``target_topic`` (empty when
+    the record names no source topic), the ``destinations`` it is for (empty: every destination the target
+    feeds), and the parked ``siblings_left`` (dead-letter id, destination) of the same source record that it
+    does not send (each is replayed on its own, or all together with ``replay_with_siblings``)."""
+
+    target_topic: str
+    destinations: tuple[str, ...]
+    siblings_left: tuple[tuple[int, str], ...]
+
+
+def replay_plan(dead_letter: DeadLetter, siblings: Sequence[Any]) -> ReplayPlan:
+    """The ``ReplayPlan`` of a replay of ``dead_letter`` to its source topic; ``siblings`` are its
+    ``inspection.Sibling`` rows (``id``, ``destination``, ``status``). Reads the owning pipeline's spec."""
+    target = dead_letter.source_topic
+    scope = pipeline_topics(dead_letter.pipeline_id).scope(dead_letter.destination, target) if target else ""
+    return ReplayPlan(
+        target_topic=target,
+        destinations=tuple(n for n in scope.split(",") if n),
+        siblings_left=tuple((s.id, s.destination) for s in siblings if s.status == Status.PARKED),
+    )
 
 
 def _refuse_a_failing_payload(failing: list[DestinationOutcome], *, force: bool, reason: str) -> None:

@@ -11,6 +11,7 @@
  *   data-reason="required|optional|none"  ask for a reason in the confirmation dialog ("none": no dialog)
  *   data-title, data-text, data-submit, data-danger   the dialog's wording
  *   data-refresh="id id ..."       sections to re-read afterwards
+ *   data-idempotent="true"         send an Idempotency-Key (one per confirmation); data-summary="replay" says where it landed
  * Tabs: a [data-tabs] container with [data-tab=x] buttons and [data-panel=x] panels.
  */
 "use strict";
@@ -113,10 +114,21 @@ window.StreamForgeDlq = (function () {
     // data-body: more JSON fields to send with the reason (a forced replay sends {"force": true})
     const extra = button.dataset.body ? JSON.parse(button.dataset.body) : {};
     const body = method === "DELETE" ? undefined : Object.assign({ reason: reason }, extra);
+    // data-idempotent: one Idempotency-Key per confirmed action, so a retried or doubled request acts once
+    const headers = {};
+    if (button.dataset.idempotent) {
+      button.dataset.idempotencyKey = button.dataset.idempotencyKey || uuid4();
+      headers["Idempotency-Key"] = button.dataset.idempotencyKey;
+    }
     button.disabled = true;
-    return api(method, button.dataset.post, body).then(function (answer) {
+    return api(method, button.dataset.post, body, headers).then(function (answer) {
       button.disabled = false;
-      if (answer.ok && Array.isArray(answer.data) && button.dataset.summary === "replays") {
+      if (answer.status) delete button.dataset.idempotencyKey;  // answered: a new confirmation is a new action
+      if (answer.ok && button.dataset.summary === "replay") {
+        flash("Replayed to " + answer.data.target_topic + " (partition " + answer.data.partition + ", offset " +
+              answer.data.offset + ").", "success");
+        refresh((button.dataset.refresh || "").split(/\s+/).filter(Boolean));
+      } else if (answer.ok && Array.isArray(answer.data) && button.dataset.summary === "replays") {
         // one result per message (replay-with-siblings): say which were replayed and why others were not
         const done = answer.data.filter(function (r) { return r.replay_id !== null; });
         const left = answer.data.filter(function (r) { return r.replay_id === null; });

@@ -41,6 +41,36 @@
       };
     }
 
+    // A replay's dry run: "N of M would fail again at X (reason)", and the ways around it (each a new
+    // selection on this page, counted again before anything runs): skip those, or replay only the others.
+    const wouldFail = document.getElementById("bulk-would-fail");
+    function showWouldFail(p) {
+      wouldFail.replaceChildren();
+      wouldFail.hidden = !p.would_fail;
+      if (!p.would_fail) return;
+      const head = document.createElement("p");
+      head.dataset.testid = "would-fail-summary";
+      head.textContent = p.would_fail.toLocaleString("en-US") + " of " + p.checked.toLocaleString("en-US") +
+        (p.checked < p.count ? " checked (of " + p.count.toLocaleString("en-US") + " selected)" : "") +
+        " would fail again at " + p.failing.map(function (f) {
+          return f.destination + " (" + f.error_type + ": " + f.error_message + (p.failing.length > 1 ? ", " + f.count + "×" : "") + ")";
+        }).join("; ") + ".";
+      wouldFail.appendChild(head);
+      const links = document.createElement("p");
+      function offer(text, kind, ids, testid) {
+        const a = document.createElement("a");
+        a.className = "button secondary";
+        a.dataset.testid = testid;
+        a.href = wouldFail.dataset.page + "?kind=" + kind + "&ids=" + ids.join(",");
+        a.textContent = text;
+        links.appendChild(a);
+        links.appendChild(document.createTextNode(" "));
+      }
+      if (p.passing_ids.length) offer("Leave them out: replay the other " + p.passing_ids.length.toLocaleString("en-US"), "replay", p.passing_ids, "exclude-failing");
+      if (p.failing_ids.length === p.would_fail) offer("Skip the " + p.would_fail.toLocaleString("en-US") + " that would fail…", "skip", p.failing_ids, "skip-failing");
+      wouldFail.appendChild(links);
+    }
+
     function say(text, kind) {
       preview.textContent = text;
       preview.className = "bulk-preview " + (kind || "");
@@ -58,6 +88,7 @@
       if (event.target.name === "reason") return;  // the reason does not change what is selected
       if (counted) say("The filter changed: count again.", "");
       counted = null;
+      wouldFail.hidden = true;
       create.disabled = true;
     });
 
@@ -75,6 +106,7 @@
           p.needs_approval ? "warn" : "ok");
         preview.dataset.count = String(p.count);
         preview.dataset.needsApproval = String(p.needs_approval);
+        showWouldFail(p);
       });
     });
 

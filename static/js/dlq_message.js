@@ -19,30 +19,6 @@
   const apiBase = script.dataset.api;  // /api/dlq/messages/<id>/
   const SECTIONS = ["message-head", "message-history", "message-audit", "fix-editor", "nav-approvals"];
 
-  // ---------------------------------------------------------------------------------------- replay
-  let replayKey = null;
-  let replaying = false;
-
-  document.addEventListener("click", function (event) {
-    const button = event.target.closest("#replay-button");
-    if (!button || replaying) return;
-    replaying = true;
-    button.disabled = true;
-    button.textContent = "Replaying…";
-    replayKey = replayKey || dlq.uuid4();
-    dlq.api("POST", apiBase + "replay/", {}, { "Idempotency-Key": replayKey }).then(function (answer) {
-      replaying = false;
-      replayKey = null;  // a final answer either way: a new click is a new replay attempt
-      if (answer.ok) {
-        const r = answer.data;
-        dlq.flash("Replayed to " + r.target_topic + " (partition " + r.partition + ", offset " + r.offset + ").", "success");
-      } else {
-        dlq.flash("Replay refused: " + dlq.errorText(answer), "error");
-      }
-      dlq.refresh(SECTIONS);
-    });
-  });
-
   // ---------------------------------------------------------------------------------------- editor
   let checkSeq = 0;
   let checkedText = null;   // the draft text the shown check belongs to

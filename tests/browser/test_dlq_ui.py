@@ -150,7 +150,8 @@ def test_an_operator_fixes_a_payload_checks_it_replays_it_and_sees_the_audit_ent
     expect(page.get_by_test_id("flash")).to_contain_text("Saved as payload revision 1; it would pass now")
     expect(page.get_by_test_id("payload-revision")).to_contain_text("size from the commit count")
 
-    page.get_by_test_id("replay").dblclick()  # one click-session: one replay, however many clicks
+    page.get_by_test_id("replay").click()  # asks first (a replay cannot be undone); the reason is optional
+    page.get_by_test_id("confirm-submit").dblclick()  # one confirmation: one replay, however many clicks
     expect(head.locator('[data-field="status"]')).to_have_text("replayed")
     expect(page.locator('#message-audit tr[data-action="dlq.replay"]')).to_contain_text("olga")
     expect(page.get_by_test_id("fix-editor")).to_have_count(0)

@@ -97,6 +97,12 @@ def test_a_large_bulk_replay_is_approved_paused_half_way_resumed_and_replays_eac
             "teams": {"data-platform": 5_000},
             "needs_approval": True,
             "approval_threshold": 1000,
+            # the first 2,000 checked against the pipeline: none would fail again
+            "checked": 2000,
+            "would_fail": 0,
+            "failing": [],
+            "failing_ids": [],
+            "passing_ids": [],
         }
         created = operator.post(
             "/api/dlq/bulk/",
