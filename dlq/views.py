@@ -209,6 +209,15 @@ def bulk(request: HttpRequest) -> HttpResponse:
             "rows": [(b, roles.at_least(b.team_id, Role.OPERATOR)) for b in rows],
             "live_ids": [b.pk for b in rows if b.state in BULK_LIVE_STATES],
             "delete_keeps": delete_keeps,
+            # A selection ticked on the list page: each dead letter by id with its status now (live).
+            "selected": list(
+                services.visible_dead_letters(request.user)
+                .filter(pk__in=query.selection.ids)
+                .order_by("pk")
+                .values_list("pk", "status", "error_type")
+            )
+            if query.selection.ids
+            else [],
         },
     )
 

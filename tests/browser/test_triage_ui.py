@@ -32,39 +32,46 @@ pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.kafka]
 HOUR_MS = 3600 * 1000
 
 
-@pytest.fixture
-def site(browser_env):
-    """A pipeline (unique name: the channel layer is shared) with one parked dead letter at destination
-    ``pushes`` (stored by the real ingest code), two days of hourly metric samples, an admin and an operator."""
+def park_one(pipeline, *, offset: int) -> int:
+    """Store one dead letter of ``pipeline`` (JsonPathNotFound at destination ``pushes``, failed 5 minutes ago)
+    through the real ingest code, in a thread (its broadcast cannot run beside Playwright's loop); its id."""
     from dlq.ingest import TopicOwner, store_batch
     from streamforge_core.kafka import Record
 
-    team = TeamFactory(name=f"triage-{uuid.uuid4().hex[:6]}")
-    admin = member(team, Role.ADMIN, username=f"triage-admin-{uuid.uuid4().hex[:6]}")
-    operator = member(team, Role.OPERATOR, username=f"triage-op-{uuid.uuid4().hex[:6]}")
-    name = f"triage-{uuid.uuid4().hex[:6]}"
-    pipeline = create_pipeline(actor=admin, name=name, team=team, spec=github_spec(f"{name}.events", "tr"))
     topic = pipeline.current_revision.spec["dlq"]["topic"]
-    now_ms = int(time.time() * 1000)
     record = Record(
         topic=topic,
         partition=0,
-        offset=3,
-        key=b"order-0001",
+        offset=offset,
+        key=f"order-{offset:04d}".encode(),
         value=b'{"type": "PushEvent"}',
         headers=dlq_headers(
             pipeline,
             error_type="JsonPathNotFound",
             message="path /payload/size not found",
-            source_offset=3,
+            source_offset=offset,
             destination="pushes",
         ),
-        timestamp_ms=now_ms - 5 * 60 * 1000,
+        timestamp_ms=int(time.time() * 1000) - 5 * 60 * 1000,
     )
+    owner = {topic: TopicOwner(pipeline.team_id, pipeline.pk, pipeline.name)}
     ids: list[int] = []
-    in_thread(
-        lambda: ids.extend(store_batch([record], {topic: TopicOwner(team.pk, pipeline.pk, name)}).new_ids)
-    )
+    in_thread(lambda: ids.extend(store_batch([record], owner).new_ids))
+    assert len(ids) == 1
+    return ids[0]
+
+
+@pytest.fixture
+def site(browser_env):
+    """A pipeline (unique name: the channel layer is shared) with one parked dead letter at destination
+    ``pushes`` (stored by the real ingest code), two days of hourly metric samples, an admin and an operator."""
+    team = TeamFactory(name=f"triage-{uuid.uuid4().hex[:6]}")
+    admin = member(team, Role.ADMIN, username=f"triage-admin-{uuid.uuid4().hex[:6]}")
+    operator = member(team, Role.OPERATOR, username=f"triage-op-{uuid.uuid4().hex[:6]}")
+    name = f"triage-{uuid.uuid4().hex[:6]}"
+    pipeline = create_pipeline(actor=admin, name=name, team=team, spec=github_spec(f"{name}.events", "tr"))
+    now_ms = int(time.time() * 1000)
+    message = park_one(pipeline, offset=3)
     old_run = PipelineRun.objects.create(
         pipeline=pipeline, revision=pipeline.current_revision, run_id=uuid.uuid4(), attempt=1,
         state=PipelineState.STOPPED, host="worker-1",
@@ -85,7 +92,7 @@ def site(browser_env):
         )
         for i in range(48)
     )
-    return {"admin": admin, "operator": operator, "pipeline": pipeline, "message": ids[0]}
+    return {"admin": admin, "operator": operator, "pipeline": pipeline, "message": message}
 
 
 def test_the_pipeline_page_labels_its_numbers_links_its_pages_follows_its_runs_and_draws_a_week_hourly(
@@ -254,3 +261,101 @@ def test_at_1440_px_the_header_is_one_row_and_disabled_buttons_look_disabled(ope
     assert styles["action-start"]["bg"] != panel, styles
     assert styles["action-start"]["border"] != "dashed", styles
     screenshot(page, f"header-1440-{scheme}")
+
+
+def test_a_delete_requested_elsewhere_disables_replay_and_skip_on_an_open_message_page_until_decided(
+    open_page, site
+):
+    from dlq.models import ApprovalRequest, DeadLetter
+    from dlq.services import approvals
+
+    team = site["pipeline"].team
+    approver = member(team, Role.APPROVER, username=f"triage-approver-{uuid.uuid4().hex[:6]}")
+    page = open_page(site["operator"])
+    page.goto(f"/dlq/messages/{site['message']}/")
+    expect(page.get_by_test_id("replay")).to_be_enabled()
+    expect(page.get_by_test_id("pending-delete")).to_have_count(0)
+
+    dead_letter = DeadLetter.objects.get(pk=site["message"])
+    in_thread(
+        lambda: approvals.request_delete(actor=site["admin"], dead_letter=dead_letter, reason="GDPR erasure")
+    )
+    request = ApprovalRequest.objects.get(dead_letter=dead_letter)
+    notice = page.get_by_test_id("pending-delete")
+    expect(notice).to_contain_text(f"request #{request.pk} by {site['admin'].username} waits for an approver")
+    for action in ("replay", "skip"):
+        expect(page.get_by_test_id(action)).to_be_disabled()
+        expect(page.get_by_test_id(action)).to_have_attribute(
+            "title", re.compile("delete request .* waits for approval")
+        )
+    expect(page.get_by_test_id("request-delete")).to_have_count(0)
+
+    in_thread(lambda: approvals.reject(actor=approver, approval=request, reason="keep it"))
+    expect(page.get_by_test_id("pending-delete")).to_have_count(0)
+    expect(page.get_by_test_id("replay")).to_be_enabled()
+    expect(page.get_by_test_id("skip")).to_be_enabled()
+
+
+def test_the_bulk_page_lists_the_selected_ids_and_follows_their_statuses(open_page, site):
+    from dlq.models import DeadLetter
+    from dlq.services.replays import skip
+
+    message = site["message"]
+    page = open_page(site["operator"])
+    page.goto(f"/dlq/bulk/?ids={message}&kind=skip")
+    selected = page.get_by_test_id("bulk-selected")
+    expect(selected).to_contain_text("The 1 selected dead letter")
+    item = selected.locator(f'li[data-id="{message}"]')
+    expect(item.get_by_role("link", name=f"#{message}")).to_have_attribute(
+        "href", f"/dlq/messages/{message}/"
+    )
+    expect(item.locator("[data-field=status]")).to_have_text("parked")
+    expect(item).to_contain_text("JsonPathNotFound")
+
+    dead_letter = DeadLetter.objects.get(pk=message)
+    in_thread(lambda: skip(actor=site["admin"], dead_letter=dead_letter, reason="handled by hand"))
+    expect(item.locator("[data-field=status]")).to_have_text("skipped")
+
+
+def test_a_group_card_and_its_buttons_count_the_same_set_live_and_runbook_actions_open_what_they_name(
+    open_page, site
+):
+    from dlq.models import DeadLetter, Runbook
+    from dlq.services.replays import skip
+
+    pipeline, first = site["pipeline"], site["message"]
+    group_id = DeadLetter.objects.get(pk=first).group_id
+    Runbook.objects.create(
+        team=pipeline.team, group_id=group_id, title="Missing size", body="Add the size, or skip.",
+        actions=["fix", "skip", "replay"], created_by=site["admin"],
+    )  # fmt: skip
+    page = open_page(site["operator"])
+    page.goto(f"/dlq/groups/?pipeline={pipeline.name}")
+    card = page.locator(f'[data-group="{group_id}"]')
+    parked = card.locator("[data-field=parked]")
+    replay_all = card.get_by_test_id("group-replay-all")
+    expect(parked).to_have_text("1")
+    expect(replay_all).to_have_text("Replay all 1 parked…")
+
+    second = park_one(pipeline, offset=4)  # an arrival raises the card and its button together
+    expect(parked).to_have_text("2")
+    expect(replay_all).to_have_text("Replay all 2 parked…")
+    in_thread(
+        lambda: skip(actor=site["admin"], dead_letter=DeadLetter.objects.get(pk=first), reason="by hand")
+    )
+    expect(parked).to_have_text("1")  # one leaving "parked" lowers both
+    expect(replay_all).to_have_text("Replay all 1 parked…")
+
+    # The runbook's actions open the action they name on the group's oldest parked dead letter.
+    for action in ("fix", "skip", "replay"):
+        expect(card.get_by_test_id(f"runbook-{action}")).to_have_attribute(
+            "href", f"/dlq/messages/{second}/?action={action}"
+        )
+    card.get_by_test_id("runbook-skip").click()
+    dialog = page.locator("dialog[open]")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text(f"Skip dead letter #{second}?")
+    assert page.url.endswith(f"/dlq/messages/{second}/")  # a reload does not open it again
+    page.goto(f"/dlq/messages/{second}/?action=fix")
+    expect(page.get_by_test_id("fix-text")).to_be_focused()
+    expect(page.locator("dialog[open]")).to_have_count(0)
