@@ -136,7 +136,9 @@ def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
             if can_operate and dead_letter.status == Status.PARKED
             else [],
             # A delete waiting for an approver: Replay and Skip are shown disabled, saying so.
-            "pending_delete": next((a for a in info.approvals if a.kind == "delete" and a.state == "pending"), None),
+            "pending_delete": next(
+                (a for a in info.approvals if a.kind == "delete" and a.state == "pending"), None
+            ),
             "can_request_delete": can_operate
             and dead_letter.status not in (Status.DELETED, Status.REPLAYING)
             and not info.has_pending_delete(),
