@@ -130,6 +130,7 @@ def test_the_pipeline_page_labels_its_numbers_links_its_pages_follows_its_runs_a
     # The Runs table follows the driver: a new run appears, without a reload, when its status is announced.
     runs = page.get_by_test_id("runs")
     expect(runs.locator("tbody tr")).to_have_count(1)
+    expect(page.get_by_test_id("live-indicator")).to_have_text("live")  # both sockets open
     page.evaluate("window.notReloaded = true")
 
     def start_run() -> None:
@@ -274,6 +275,7 @@ def test_a_delete_requested_elsewhere_disables_replay_and_skip_on_an_open_messag
     page = open_page(site["operator"])
     page.goto(f"/dlq/messages/{site['message']}/")
     expect(page.get_by_test_id("replay")).to_be_enabled()
+    expect(page.get_by_test_id("live-indicator")).to_have_text("live")
     expect(page.get_by_test_id("pending-delete")).to_have_count(0)
 
     dead_letter = DeadLetter.objects.get(pk=site["message"])
@@ -303,6 +305,7 @@ def test_the_bulk_page_lists_the_selected_ids_and_follows_their_statuses(open_pa
     message = site["message"]
     page = open_page(site["operator"])
     page.goto(f"/dlq/bulk/?ids={message}&kind=skip")
+    expect(page.get_by_test_id("live-indicator")).to_have_text("live")
     selected = page.get_by_test_id("bulk-selected")
     expect(selected).to_contain_text("The 1 selected dead letter")
     item = selected.locator(f'li[data-id="{message}"]')
@@ -331,6 +334,7 @@ def test_a_group_card_and_its_buttons_count_the_same_set_live_and_runbook_action
     )  # fmt: skip
     page = open_page(site["operator"])
     page.goto(f"/dlq/groups/?pipeline={pipeline.name}")
+    expect(page.get_by_test_id("live-indicator")).to_have_text("live")
     card = page.locator(f'[data-group="{group_id}"]')
     parked = card.locator("[data-field=parked]")
     replay_all = card.get_by_test_id("group-replay-all")
