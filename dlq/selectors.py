@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from django.db.models import Count, Model, Q, QuerySet
+from django.db.models import Count, Min, Model, Q, QuerySet
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
@@ -222,6 +222,9 @@ class GroupRow:
     group: FailureGroup
     trend: Sparkline
     runbooks: list[RunbookView] = field(default_factory=list)
+    #: The group's oldest parked dead letter (None: none is parked): where a runbook's fix / replay / skip /
+    #: request-delete action opens.
+    first_parked: int | None = None
 
 
 def _hour(moment: datetime) -> datetime:
@@ -237,7 +240,8 @@ def group_rows(
     user: AnyUser, *, pipeline: str = "", error_type: str = "", limit: int = 100, now: datetime | None = None
 ) -> list[GroupRow]:
     """Failure groups the user may see, most recently seen first, with the parked count, a 24-hour trend
-    and their runbooks (attached to the group, or to its error type in its team). Four queries."""
+    and their runbooks (attached to the group, or to its error type in its team), and its oldest parked dead
+    letter. Five queries."""
     qs = with_parked_counts(FailureGroup.objects.filter(team__in=visible_teams(user)))
     if pipeline:
         qs = qs.filter(pipeline_name=pipeline)
@@ -260,6 +264,12 @@ def group_rows(
         else:
             by_type.setdefault((rb.team_id, rb.error_type), []).append(rb)
     labels = dict(RunbookAction.choices)
+    first_parked = dict(
+        DeadLetter.objects.filter(group__in=groups, status=Status.PARKED)
+        .values("group")
+        .annotate(first=Min("pk"))
+        .values_list("group", "first")
+    )
     rows = []
     for g in groups:
         counts = [hourly.get(g.pk, {}).get(h, 0) for h in hours]
@@ -272,6 +282,7 @@ def group_rows(
                     RunbookView(rb, markdown.render(rb.body), [(a, labels.get(a, a)) for a in rb.actions])
                     for rb in books
                 ],
+                first_parked.get(g.pk),
             )
         )
     return rows

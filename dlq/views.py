@@ -135,6 +135,10 @@ def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "would_fail": services.would_fail_again(dead_letter, services.current_payload(dead_letter)[0])
             if can_operate and dead_letter.status == Status.PARKED
             else [],
+            # A delete waiting for an approver: Replay and Skip are shown disabled, saying so.
+            "pending_delete": next(
+                (a for a in info.approvals if a.kind == "delete" and a.state == "pending"), None
+            ),
             "can_request_delete": can_operate
             and dead_letter.status not in (Status.DELETED, Status.REPLAYING)
             and not info.has_pending_delete(),
@@ -211,6 +215,15 @@ def bulk(request: HttpRequest) -> HttpResponse:
             "rows": [(b, roles.at_least(b.team_id, Role.OPERATOR)) for b in rows],
             "live_ids": [b.pk for b in rows if b.state in BULK_LIVE_STATES],
             "delete_keeps": delete_keeps,
+            # A selection ticked on the list page: each dead letter by id with its status now (live).
+            "selected": list(
+                services.visible_dead_letters(request.user)
+                .filter(pk__in=query.selection.ids)
+                .order_by("pk")
+                .values_list("pk", "status", "error_type")
+            )
+            if query.selection.ids
+            else [],
         },
     )
 

@@ -28,6 +28,7 @@ from django.db.models import Avg, BigIntegerField, Count, ExpressionWrapper, F, 
 from django.utils import timezone
 
 from pipelines import broadcast
+from pipelines.backlog import parked_backlog
 from pipelines.clusters import connection_for
 from pipelines.lag import consumer_group_lag
 from pipelines.lifecycle import available_actions, revision_numbers
@@ -352,6 +353,10 @@ class SeriesPoint(TypedDict):
     duration_ms: float | None
 
 
+#: A chart window this long or longer draws one point per hour (a week: 168 points), whatever ``points`` says.
+HOURLY_FROM_SECONDS = 2 * 24 * 3600
+
+
 def bucket_seconds_for(range_seconds: float, *, points: int = 300) -> int:
     """A bucket width giving about ``points`` points over the range, rounded up to a friendly width."""
     for width in (1, 5, 10, 30, 60, 300, 600, 1800, 3600, 6 * 3600, 24 * 3600):
@@ -496,6 +501,7 @@ class PipelineMetrics(TypedDict):
     totals: MetricTotals
     last_batch: BatchFigures | None
     alerts: list[FiringAlert]
+    dlq_backlog: int
     bucket_seconds: NotRequired[int]
     series: NotRequired[list[SeriesPoint]]
 
@@ -532,8 +538,10 @@ def pipeline_metrics(
     (``lag_source`` says which: "batches" or "consumer_group").
     ``consumer_group``: the same as Kafka's consumer group sees it, live (``error`` when Kafka does not
     answer). ``rates``: records per second over the last ``RATE_WINDOW_SECONDS``. ``totals``: since creation.
+    ``dlq_backlog``: dead letters parked now, waiting for a person (``pipelines.backlog``), unlike the
+    cumulative ``totals.dlq_records``.
     ``series``: with ``range_seconds``, samples of that range downsampled by ``metric_series`` into
-    buckets of ``bucket_seconds``.
+    buckets of ``bucket_seconds`` (one hour from ``HOURLY_FROM_SECONDS``: the 7-day window's hourly points).
     """
     from pipelines.models import Alert
     from pipelines.spec import parse_spec
@@ -619,9 +627,12 @@ def pipeline_metrics(
             {"rule": a.rule, "severity": a.severity, "summary": a.summary, "since": a.started_at.isoformat()}
             for a in Alert.objects.filter(pipeline=pipeline, resolved_at=None)
         ],
+        "dlq_backlog": parked_backlog([pipeline.pk]).get(pipeline.pk, 0),
     }
     if range_seconds is not None:
         bucket_seconds = bucket_seconds_for(range_seconds)
+        if range_seconds >= HOURLY_FROM_SECONDS:
+            bucket_seconds = 3600
         result["bucket_seconds"] = bucket_seconds
         result["series"] = metric_series(
             pipeline=pipeline,

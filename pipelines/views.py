@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET, require_POST
 from access.models import Role, Team
 from access.permissions import has_role, is_admin
 from pipelines import editor, presenters, selectors, supervision
+from pipelines.backlog import parked_backlog
 from pipelines.clusters import connection_for
 from pipelines.diffs import diff_lines
 from pipelines.lifecycle import available_actions, revision_numbers
@@ -95,6 +96,8 @@ def pipeline_detail(request: HttpRequest, name: str) -> HttpResponse:
     if range_key not in CHART_RANGES:
         range_key = DEFAULT_CHART_RANGE
     chart_range = CHART_RANGES[range_key]
+    if request.GET.get("runs") == "1":  # the Runs table's rows alone: pipeline.js's live refresh
+        return render(request, "pipelines/_run_rows.html", {"runs": selectors.recent_runs(pipeline)})
     return render(
         request,
         "pipelines/detail.html",
@@ -108,6 +111,7 @@ def pipeline_detail(request: HttpRequest, name: str) -> HttpResponse:
             "destinations": presenters.destination_views(spec) if spec else [],
             "revisions": [(r, diff_lines(r.diff)) for r in selectors.revisions(pipeline)],
             "runs": selectors.recent_runs(pipeline),
+            "dlq_backlog": parked_backlog([pipeline.pk]).get(pipeline.pk, 0),
             "can_operate": has_role(request.user, pipeline.team, Role.OPERATOR),
             "can_edit": has_role(request.user, pipeline.team, Role.ADMIN),
             "chart_range": chart_range,

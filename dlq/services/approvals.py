@@ -56,6 +56,10 @@ def request_delete(*, actor: User, dead_letter: DeadLetter, reason: str) -> Appr
             details={"approval": request.pk},
         )
         signals.send_on_commit(signals.approval_requested, approval_id=request.pk)
+        # Its page, open elsewhere, shows the pending delete (Replay and Skip disabled) without a reload.
+        notify.message_changed_on_commit(
+            locked, status=locked.status, action="delete_requested", actor=actor.get_username()
+        )
     return request
 
 
@@ -87,6 +91,14 @@ def _decide(*, actor: User, approval: ApprovalRequest, approve: bool, reason: st
         )
         if approval.kind == ApprovalKind.DELETE and approval.dead_letter is not None and approve:
             _erase(actor=actor, dead_letter=approval.dead_letter, approval=approval)
+        elif approval.kind == ApprovalKind.DELETE and approval.dead_letter is not None:
+            # Rejected: its page offers Replay and Skip again.
+            notify.message_changed_on_commit(
+                approval.dead_letter,
+                status=approval.dead_letter.status,
+                action="delete_rejected",
+                actor=actor.get_username(),
+            )
         elif approval.kind == ApprovalKind.BULK:
             # The bulk life cycle's approve / reject move; Conflict (naming the action's state) when the
             # action no longer awaits approval, which rolls this decision back.

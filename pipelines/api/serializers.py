@@ -472,6 +472,9 @@ class MetricsSerializer(serializers.Serializer[PipelineMetrics]):
     totals = MetricTotalsSerializer()
     last_batch = BatchFiguresSerializer(allow_null=True)
     alerts = FiringAlertSerializer(many=True)
+    dlq_backlog = serializers.IntegerField(
+        help_text="dead letters parked now, waiting for a person (not cumulative, unlike totals.dlq_records)"
+    )
     bucket_seconds = serializers.IntegerField(
         required=False, help_text="width of each series point (with range)"
     )

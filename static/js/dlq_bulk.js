@@ -152,6 +152,21 @@
     });
   }
 
-  dlq.connect(function (msg) { if (msg.type === "dlq.bulk") showProgress(msg); }, function () { dlq.refresh(["bulk-list"]); });
+  // The selected dead letters (a selection from the list page) keep their statuses live: re-read from the
+  // page when one of them changes or a bulk action reports progress (debounced: one per chunk).
+  let selectedTimer = null;
+  function refreshSelectedSoon() {
+    if (!document.getElementById("bulk-selected")) return;
+    window.clearTimeout(selectedTimer);
+    selectedTimer = window.setTimeout(function () { dlq.refresh(["bulk-selected"]); }, 500);
+  }
+  function selectedHas(id) {
+    const box = document.getElementById("bulk-selected");
+    return box !== null && box.querySelector('li[data-id="' + id + '"]') !== null;
+  }
+  dlq.connect(function (msg) {
+    if (msg.type === "dlq.bulk") { showProgress(msg); refreshSelectedSoon(); }
+    if (msg.type === "dlq.message" && selectedHas(msg.id)) refreshSelectedSoon();
+  }, function () { dlq.refresh(["bulk-list", "bulk-selected"]); });
   window.setInterval(poll, POLL_MS);
 })();

@@ -13,13 +13,28 @@
     cell.classList.remove("flash-change"); void cell.offsetWidth; cell.classList.add("flash-change");
   }
 
+  // A card and its buttons count the same set: every parked figure of a card (the tile, "Replay all N") is
+  // raised together at an arrival, and the cards are re-read from the server (one query, one moment) after
+  // any change: an arrival, a dead letter replayed / skipped / deleted, a bulk action's progress. Not while
+  // a runbook is being edited on the page (that would wipe it): then a little later.
+  let refreshTimer = null;
+  function refreshSoon(delay) {
+    window.clearTimeout(refreshTimer);
+    refreshTimer = window.setTimeout(function () {
+      if (document.querySelector("#groups details.runbook-edit[open]")) { refreshSoon(2000); return; }
+      dlq.refresh(["groups"]);
+    }, delay || 400);
+  }
+
   dlq.connect(function (msg) {
+    if (msg.type === "dlq.message" || msg.type === "dlq.bulk") { refreshSoon(); return; }
     if (msg.type !== "dlq.arrived") return;
     const card = document.querySelector('[data-group="' + msg.group + '"]');
     if (!card) { document.getElementById("new-groups").hidden = false; return; }
-    bump(card.querySelector('[data-field="parked"]'), msg.count);
+    card.querySelectorAll("[data-parked]").forEach(function (figure) { bump(figure, msg.count); });
     bump(card.querySelector('[data-field="count"]'), msg.count);
     bump(card.querySelector('[data-field="last_24h"]'), msg.count);  // an arrival now is in the last 24 h
+    refreshSoon();
   }, function () { dlq.refresh(["groups"]); });
 
   document.addEventListener("submit", function (event) {

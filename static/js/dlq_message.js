@@ -222,7 +222,23 @@
   });
 
   // ---------------------------------------------------------------------------------------- live
+  // "Where it failed" (#coordinates) lists the siblings (the same source record's other dead letters) with
+  // their statuses: it is re-read when this message or one of them changes (a combined replay, or a sibling
+  // replayed, skipped or deleted from its own page), debounced since a combined replay changes several.
+  function siblingIds() {
+    return Array.from(document.querySelectorAll("[data-testid=siblings] a[href]")).map(function (a) {
+      const m = a.getAttribute("href").match(/\/dlq\/messages\/(\d+)\//);
+      return m ? Number(m[1]) : null;
+    }).filter(function (n) { return n !== null; });
+  }
+  let siblingsTimer = null;
+  function refreshSiblingsSoon() {
+    window.clearTimeout(siblingsTimer);
+    siblingsTimer = window.setTimeout(function () { dlq.refresh(["coordinates"]); }, 300);
+  }
   dlq.connect(function (msg) {
-    if (msg.type === "dlq.message" && msg.id === id) dlq.refresh(SECTIONS);
-  }, function () { dlq.refresh(SECTIONS); });
+    if (msg.type !== "dlq.message") return;
+    if (msg.id === id) { dlq.refresh(SECTIONS); refreshSiblingsSoon(); }
+    else if (siblingIds().indexOf(msg.id) >= 0) refreshSiblingsSoon();
+  }, function () { dlq.refresh(SECTIONS.concat(["coordinates"])); });
 })();

@@ -66,8 +66,14 @@
   // Time labels: UTC or local as the header says (localtime.js), with seconds in a short window and the date in
   // a long one.
   const clock = window.StreamForgeTime;
+  // The 7-day window's ticks fall on midnights (of the zone shown) and read as a date ("Nov 20"); its hourly
+  // points' tooltips say the date and hour.
   function timeTick(value) {
-    return clock.format(value, range > 86400 ? "m-d H:i" : range <= 600 ? "H:i:s" : "H:i");
+    if (range > 2 * 86400) return clock.format(value, "H:i") === "00:00" ? clock.format(value, "M j") : clock.format(value, "M j H:i");
+    return clock.format(value, range > 86400 ? "M j H:i" : range <= 600 ? "H:i:s" : "H:i");
+  }
+  function pointTime(value) {
+    return clock.format(value, range > 86400 ? "M j H:i" : range <= 600 ? "H:i:s" : "H:i");
   }
   function zoneName() { return clock.mode() === "local" ? "local time (UTC" + clock.zone() + ")" : "UTC"; }
 
@@ -96,7 +102,7 @@
           y: { beginAtZero: true, ticks: { maxTicksLimit: 5 } },
         },
         plugins: { legend: { display: datasets.length > 1, labels: { boxWidth: 10 } },
-                   tooltip: { callbacks: { title: function (items) { return items.length ? timeTick(items[0].parsed.x) + " " + clock.zone(items[0].parsed.x) : ""; } } } },
+                   tooltip: { callbacks: { title: function (items) { return items.length ? pointTime(items[0].parsed.x) + " " + clock.zone(items[0].parsed.x) : ""; } } } },
       }),
     });
   }
@@ -219,6 +225,7 @@
     setStat("worst_partition", w ? w.topic + "/" + w.partition + ": " + fmt(w.lag) : "–");
     setStat("dead_lettered", fmt(f.dead_lettered));
     setStat("dlq_records", fmt(f.dlq_records));
+    if (f.dlq_backlog !== undefined) setStat("dlq_backlog", fmt(f.dlq_backlog));
   }
 
   function showLastBatch(batch) {
@@ -275,7 +282,8 @@
       const el = document.createElement("div");
       el.className = "alert-banner alert-" + a.severity;
       el.dataset.rule = rule;
-      el.textContent = rule + ": " + a.summary;
+      // The summary names the rule's window ("… in the last 15 minutes"); since when it fires is added.
+      el.textContent = rule + ": " + a.summary + (a.since ? " · firing since " + clock.stamp(a.since, "M j H:i") : "");
       box.appendChild(el);
     });
   }
@@ -308,7 +316,7 @@
       .then(function (m) {
         bucketMs = (m.bucket_seconds || 5) * 1000;
         const bucketNote = document.getElementById("chart-bucket");
-        if (bucketNote) bucketNote.textContent = "· points of " + (m.bucket_seconds >= 60 ? m.bucket_seconds / 60 + " min" : m.bucket_seconds + " s") + ", " + zoneName();
+        if (bucketNote) bucketNote.textContent = (m.bucket_seconds === 3600 ? "· hourly points" : "· points of " + (m.bucket_seconds > 3600 ? m.bucket_seconds / 3600 + " h" : m.bucket_seconds >= 60 ? m.bucket_seconds / 60 + " min" : m.bucket_seconds + " s")) + ", " + zoneName();
         buckets = new Map();
         (m.series || []).forEach(function (p) {
           addToBucket(p.time_ms, { batches: p.batches, consumed: p.consumed, produced: p.produced, dead_lettered: p.dead_lettered,
@@ -321,7 +329,7 @@
         const worst = m.partitions.reduce(function (w, p) { return w === null || p.lag > w.lag ? p : w; }, null);
         showFigures({ consumed_per_second: m.rates.consumed_per_second, produced_per_second: m.rates.produced_per_second,
                       lag: m.lag, worst_partition: worst, dead_lettered: m.totals.dead_lettered,
-                      dlq_records: m.totals.dlq_records });
+                      dlq_records: m.totals.dlq_records, dlq_backlog: m.dlq_backlog });
         showLastBatch(m.last_batch);
         const answered = m.last_batch ? m.last_batch.time_ms : 0;
         recentProgress.filter(function (msg) { return msg.time_ms > answered; })
@@ -338,6 +346,49 @@
       .catch(function (e) { console.warn("metrics load failed", e); });
   }
 
+  // ---------------------------------------------------------------------------------------- runs, live
+  // The Runs table's rows are re-read from ?runs=1 (server-rendered, the same template as the page) when a
+  // status message says the driver changed state, after a reconnect, and every 15 s while the tab is shown;
+  // not while a driver log is open (it would be wiped while read).
+  const runTable = document.getElementById("run-table");
+  let runsTimer = null;
+  function refreshRuns() {
+    window.clearTimeout(runsTimer);
+    runsTimer = null;
+    if (!runTable || document.hidden || runTable.querySelector("details[open]")) return;
+    fetch(runTable.dataset.rowsUrl, { credentials: "same-origin", headers: { Accept: "text/html" } })
+      .then(function (r) { return r.ok && !r.redirected ? r.text() : Promise.reject(r.status); })
+      .then(function (rows) {
+        if (runTable.querySelector("details[open]")) return;
+        runTable.tBodies[0].innerHTML = rows;
+        const any = runTable.tBodies[0].rows.length > 0;
+        runTable.hidden = !any;
+        document.getElementById("runs-empty").hidden = any;
+        clock.apply(runTable);
+        document.getElementById("runs-refreshed").textContent = "· live, refreshed at " + clock.format(Date.now(), "H:i:s");
+      })
+      .catch(function (e) { console.warn("runs refresh failed", e); });
+  }
+  function refreshRunsSoon() {
+    if (runsTimer === null) runsTimer = window.setTimeout(refreshRuns, 300);  // a restart sends several updates
+  }
+  window.setInterval(refreshRuns, 15000);
+
+  // The backlog tile (dead letters parked now) follows the DLQ console: an arrival for this pipeline raises it
+  // by its count; one leaving "parked" (replayed, skipped, deleted) names no pipeline, so the figures are
+  // re-read (debounced: a bulk action reports per chunk).
+  let backlogTimer = null;
+  function onDlqMessage(msg) {
+    if (msg.type === "dlq.arrived") {
+      if (msg.pipeline !== name) return;
+      const el = document.querySelector('[data-stat="dlq_backlog"]');
+      setStat("dlq_backlog", fmt(Number(el.textContent.replace(/[^0-9]/g, "")) + msg.count));
+    } else if (msg.type === "dlq.message" || msg.type === "dlq.bulk") {
+      window.clearTimeout(backlogTimer);
+      backlogTimer = window.setTimeout(load, 1000);
+    }
+  }
+
   function onMessage(msg) {
     if (msg.pipeline !== name) return;
     if (msg.type === "pipeline.progress") {
@@ -349,6 +400,7 @@
       showState(msg.state, msg.desired_state, msg.reason);
       showActions(msg.actions);
       showRevisions(msg.revision, msg.running_revision);
+      refreshRunsSoon();
     } else if (msg.type === "pipeline.alert") {
       statusMessages += 1;
       if (msg.firing) alerts.set(msg.rule, msg); else alerts.delete(msg.rule);
@@ -358,6 +410,7 @@
 
   redrawDlq();
   load();
-  live.connect("/ws/pipelines/" + name + "/", { onMessage: onMessage, onReconnect: load });
+  live.connect("/ws/pipelines/" + name + "/", { onMessage: onMessage, onReconnect: function () { load(); refreshRuns(); } });
+  live.connect("/ws/dlq/", { onMessage: onDlqMessage, onReconnect: load });
   window.setInterval(redrawSeries, 5000);  // slide the time window even when no batch arrives
 })();

@@ -588,6 +588,8 @@ def test_a_source_records_dead_letters_are_shown_together_and_fixed_and_replayed
         f"Replayed #{pushes.pk} (pushes), #{prs.pk} (pull-requests)"
     )
     expect(page.get_by_test_id("message-head").locator('[data-field="status"]')).to_have_text("replayed")
+    # The sibling's status follows, without a reload (issue #30 item 5).
+    expect(siblings).to_contain_text(f"pull-requests (#{prs.pk}, JsonPathNotFound, replayed)")
     screenshot(page, "dlq-siblings-replayed")
     sent = consume_all(kafka_bootstrap, pipeline.current_revision.spec["source"]["topics"][0])
     assert sorted(r.header(c.H_REPLAY_DESTINATIONS) for r in sent) == ["pull-requests", "pushes"]

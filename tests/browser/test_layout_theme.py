@@ -181,9 +181,12 @@ def test_on_a_phone_an_operator_opens_a_dead_letter_from_the_list_and_sees_its_p
     page.goto("/dlq/")
     expect(page.get_by_test_id("dlq-table")).to_be_visible()
     assert horizontal_overflow(page) <= 0
+    page.get_by_test_id("nav-toggle").tap()  # the navigation and the theme choice are folded behind "Menu"
     assert unreachable(page, ".topbar nav a") == []
     assert unreachable(page, "[data-testid=theme-choice]") == []
-    # The filter fields stack into one column.
+    page.get_by_test_id("nav-toggle").tap()
+    # The filters are folded; opened, their fields stack into one column.
+    page.get_by_test_id("filters-toggle").tap()
     lefts = page.eval_on_selector_all(
         ".filter-grid > label", "(els) => els.map((e) => e.getBoundingClientRect().left)"
     )

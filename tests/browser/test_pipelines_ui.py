@@ -163,7 +163,9 @@ def test_the_pipeline_page_draws_live_charts_and_confirms_a_stop(open_page, runn
     expect(page.locator('[data-stat="last_batch"]')).to_contain_text("#3")
     # 0+1+2+3 records dead-lettered, each failing both destinations: 6 DLQ records, 12 destination outcomes
     expect(page.locator('[data-stat="dlq_records"]')).to_have_text("6")
-    expect(page.get_by_test_id("dead-lettered-outcomes")).to_have_text("12 destination outcomes")
+    expect(page.get_by_test_id("dead-lettered-outcomes")).to_have_text(
+        "12 destination outcomes dead-lettered"
+    )
     assert page.evaluate("Chart.getChart('chart-lag').data.datasets[0].data.length") >= 1
     # The rates leave out the bucket still filling (it would dip at "now"): their point comes once it is full.
     page.wait_for_function(

@@ -273,7 +273,7 @@ def test_groups_show_counts_a_trend_and_runbooks_with_their_actions(people, park
     )
     operator_page = logged_in(people["operator"]).get("/dlq/groups/").content.decode()
     card = operator_page.split(f'data-group="{group.pk}"')[1].split('class="card group"')[0]
-    assert re.search(r'data-field="parked"><a href="[^"]+">2</a>', card)
+    assert re.search(r'data-field="parked"><a href="[^"]+" data-parked>2</a>', card)
     assert "<polyline points=" in card
     assert "<h4>Why</h4>" in card
     assert "The producer drops <code>size</code> on <strong>empty</strong> pushes." in card
