@@ -30,7 +30,16 @@ from access.id_lists import among
 from access.models import Role
 from access.permissions import is_admin, require_role
 from dlq import headers
-from dlq.models import BulkAction, DeadLetter, Replay, ReplayState, Status
+from dlq.models import (
+    ApprovalKind,
+    ApprovalRequest,
+    ApprovalState,
+    BulkAction,
+    DeadLetter,
+    Replay,
+    ReplayState,
+    Status,
+)
 from dlq.services import kafka_io, notify
 from dlq.services.errors import Conflict, InvalidRequest, ReplayFailed, WouldFailAgain
 from dlq.services.fixes import DestinationOutcome, check_payload, current_payload
@@ -286,6 +295,25 @@ def _refuse_a_failing_payload(failing: list[DestinationOutcome], *, force: bool,
         raise InvalidRequest("reason", "a forced replay of a payload that fails the check needs a reason")
 
 
+def _refuse_under_pending_delete(pk: int) -> None:
+    """Raise Conflict when a delete request about dead letter ``pk`` waits for an approver: the approver
+    decides on the message as it was requested, so it is neither replayed nor skipped meanwhile (the message
+    page disables both with the same reason). Called inside the claim's transaction: the caller's claim is
+    rolled back with it."""
+    pending = (
+        ApprovalRequest.objects.filter(
+            dead_letter_id=pk, kind=ApprovalKind.DELETE, state=ApprovalState.PENDING
+        )
+        .select_related("requested_by")
+        .first()
+    )
+    if pending is not None:
+        raise Conflict(
+            f"dead letter #{pk} has a pending delete request #{pending.pk} by {pending.requested_by.get_username()}:"
+            " an approver decides it first (reject it to replay or skip this message)"
+        )
+
+
 def not_parked_message(pk: int) -> str:
     """The Conflict message for an action that needs dead letter ``pk`` PARKED, saying what it is now."""
     status = DeadLetter.objects.filter(pk=pk).values_list("status", flat=True).first()
@@ -324,6 +352,7 @@ def replay(
             )
             if claimed != 1:
                 raise Conflict(not_parked_message(dead_letter.pk))
+            _refuse_under_pending_delete(dead_letter.pk)
             # Read after the claim: no fix can slip in between the check and the produce.
             value, latest = current_payload(dead_letter)
             # Checked now, against the current revision: a fix checked against an older one, or an
@@ -554,6 +583,7 @@ def skip(*, actor: User, dead_letter: DeadLetter, reason: str) -> DeadLetter:
         )
         if changed != 1:
             raise Conflict(not_parked_message(dead_letter.pk))
+        _refuse_under_pending_delete(dead_letter.pk)
         audit.record(
             actor=actor, action="dlq.skip", target_type="dead_letter", target_id=dead_letter.pk, reason=reason
         )

@@ -19,7 +19,7 @@ from dlq import markdown, services
 from dlq.models import DeadLetter, PayloadRevision, Status
 from dlq.services import bulk as bulk_actions
 from pipelines.services import create_pipeline
-from tests.dlq.conftest import github_spec, missing_size_push
+from tests.dlq.conftest import api_for, github_spec, missing_size_push
 
 pytestmark = pytest.mark.django_db
 
@@ -404,3 +404,20 @@ def test_runbook_markdown_escapes_html_and_links_only_safe_urls():
     assert '<a href="/dlq/groups/">local</a>' in html
     assert "<ol>\n<li>first <code>&lt;b&gt;</code></li>\n<li>second</li>\n</ol>" in html
     assert '<pre class="code">&lt;script&gt;x&lt;/script&gt;</pre>' in html
+
+
+def test_a_pending_delete_holds_replay_and_skip_on_the_server_too(people, parked):
+    # The message page disables Replay and Skip while a delete waits for an approver; the API, the same
+    # rule: 409 naming the request, the message stays parked, and once the request is rejected both work.
+    request = services.request_delete(actor=people["approver"], dead_letter=parked[0], reason="PII")
+    api = api_for(people["operator"])
+    skipped = api.post(f"/api/dlq/messages/{parked[0].pk}/skip/", {"reason": "noise"}, format="json")
+    assert skipped.status_code == 409, skipped.content
+    assert f"pending delete request #{request.pk}" in skipped.content.decode()
+    replayed = api.post(f"/api/dlq/messages/{parked[0].pk}/replay/", {}, format="json")
+    assert replayed.status_code == 409, replayed.content
+    parked[0].refresh_from_db()
+    assert parked[0].status == "parked"
+    services.reject(actor=people["approver2"], approval=request, reason="not PII after all")
+    skipped = api.post(f"/api/dlq/messages/{parked[0].pk}/skip/", {"reason": "noise"}, format="json")
+    assert skipped.status_code == 200, skipped.content
