@@ -529,6 +529,7 @@ class RunbookAction(models.TextChoices):
     REQUEST_DELETE = "request_delete", "Request delete"
     BULK_REPLAY = "bulk_replay", "Bulk replay"
     BULK_SKIP = "bulk_skip", "Bulk skip"
+    BULK_FIX = "bulk_fix", "Bulk fix"
 
 
 class Runbook(models.Model):
