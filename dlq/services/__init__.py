@@ -17,7 +17,8 @@ One module per workflow; this package re-exports their public names, so ``servic
 - ``approvals``: delete requests, approve and reject (four eyes);
 - ``bulk``: bulk replay and skip, their preview, pause / resume / cancel, and the runner; their life
   cycle is one table of transitions (``BULK_TRANSITIONS``);
-- ``bulk_fix``: a JSON Patch or DSL transform applied to a selection under the bulk rules;
+- ``bulk_fix``: a JSON Patch or DSL transform applied to a selection under the bulk rules (its preview
+  and creation); ``fix_patch``: the fix itself and the runner's chunk;
 - ``admin``: extra DLQ topics and runbooks;
 - ``retention``: retention policies and the purge of closed dead letters;
 - ``notify``: after-commit notifications of the console pages;

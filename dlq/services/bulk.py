@@ -57,8 +57,8 @@ from dlq.models import (
     Status,
 )
 from dlq.services import erasure, kafka_io, notify
-from dlq.services.bulk_fix import BulkFix, fix_chunk
 from dlq.services.errors import Conflict, InvalidRequest
+from dlq.services.fix_patch import BulkFix, fix_chunk
 from dlq.services.inspection import visible_dead_letters
 from dlq.services.kafka_io import OutgoingRecord
 from dlq.services.replays import (
@@ -288,7 +288,7 @@ def create_bulk(
     messages). The selection must lie in one team, where the
     actor needs the operator role. ``rate_limit`` is messages per second (1..10000; 0: unlimited).
     A ``fix`` (kind ``fix`` only, and required by it) is applied to each message by the runner
-    (``bulk_fix.fix_chunk``). Raises InvalidRequest, PermissionDenied.
+    (``fix_patch.fix_chunk``). Raises InvalidRequest, PermissionDenied.
     """
     if kind not in BulkKind.values:
         raise InvalidRequest("kind", f"must be one of {', '.join(BulkKind.values)}")

@@ -101,10 +101,11 @@ def test_the_bulk_fix_api_answers_400_naming_the_field_and_reason_and_previews_a
     operator = api_for(people["operator"])
     selected = {"filters": {"pipeline": pipeline.name}, "reason": "r", "dry_run": True}
 
-    def refused(fix: object) -> dict:
+    def refused(fix: object) -> dict[str, list[str]]:
         answer = operator.post("/api/dlq/bulk/fix/", {**selected, "fix": fix}, format="json")
         assert answer.status_code == 400, answer.content
-        return answer.json()
+        errors: dict[str, list[str]] = answer.json()
+        return errors
 
     assert (
         "add, remove, replace, move, copy, test"
