@@ -1,6 +1,7 @@
 """Bulk fix in Chromium: from a failure group's card to the bulk page, a JSON Patch refused with its field
 and reason, previewed on the group's messages (diff and would-pass each, the one it does not apply to
-named), applied, run, and the bulk row's counts and the reason of the message left unchanged shown."""
+named), applied, run, the bulk row's counts and the reason of the message left unchanged shown, and the
+bulk replay of the same selection offered."""
 
 # ruff: noqa: F811  # the fixtures are test_dlq_ui's, imported by name
 
@@ -79,3 +80,7 @@ def test_a_group_is_bulk_fixed_from_its_card_after_a_preview_with_diffs_and_woul
     expect(row.locator('[data-field="counts"]')).to_have_text("4 / 4 · 3 ok · 1 failed")
     expect(row.get_by_test_id("bulk-fix-failures")).to_have_text(f"1 left unchanged: {NOT_HERE}")
     assert AuditEvent.objects.filter(action="dlq.fix", details__bulk=bulk.pk).count() == 3
+    row.get_by_test_id("bulk-fix-replay").click()  # optionally replayed afterwards, as a bulk replay
+    expect(page).to_have_url(re.compile(rf"/dlq/bulk/\?kind=replay&group={group.pk}$"))
+    expect(page.get_by_test_id("bulk-kind")).to_have_value("replay")
+    expect(page.get_by_test_id("bulk-form").locator("select[name=group]")).to_have_value(str(group.pk))
