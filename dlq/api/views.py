@@ -399,8 +399,9 @@ class FailureGroupViewSet(viewsets.ReadOnlyModelViewSet[FailureGroup]):
 
 
 class BulkViewSet(ServiceErrorsMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet[BulkAction]):
-    """``/api/dlq/bulk/``: bulk replays and skips. ``POST`` with ``dry_run: true`` counts what the filter
-    selects; without it, creates the action (202; queued, or awaiting approval when large).
+    """``/api/dlq/bulk/``: bulk replays, skips, deletes and fixes (``fix/``). ``POST`` with ``dry_run:
+    true`` counts what the filter selects; without it, creates the action (202; queued, or awaiting
+    approval when large).
     ``pause/``, ``resume/``, ``cancel/``: operator; each is a move of the bulk life cycle
     (``dlq.services.bulk.BULK_TRANSITIONS``), 409 naming the state when the action is not in one it
     starts from."""
