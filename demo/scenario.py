@@ -76,13 +76,17 @@ SPEC: dict[str, Any] = {
 RUNBOOK = """\
 **Push event without a commit count** (`JsonPathNotFound` at `/payload/size`)
 
-The `pushes` destination builds `commits` from `payload.size`. Some producers drop the field for force pushes.
+The `pushes` destination builds `commits` from `payload.size`. Some producers drop the field for force pushes;
+`payload.distinct_size` (the distinct commits) is still there.
 
-1. Open a message and look at `payload.commits`: the commit count is its length.
-2. Fix the payload: add `"size": <that length>` inside `payload`. The check must say *would pass*.
-3. Replay it. It arrives on `github.pushes` within a few seconds.
-4. Many of them from one producer? Use **bulk skip** on this group with the producer's name as the reason,
-   and tell the producing team (#github-ingest).
+1. **Bulk fix this group** with the JSON Patch
+   `[{"op": "copy", "from": "/payload/distinct_size", "path": "/payload/size"}]`.
+   Preview it: each sampled message must say *would pass*. Apply it (above the approval threshold an
+   approver agrees first). A message without `distinct_size` is left unchanged and counted with its reason.
+2. **Bulk replay** this group. The fixed records arrive on `github.pushes` within a few seconds.
+3. Only a few? Fix one on its page (add `"size"` inside `payload`), check it says *would pass*, replay it.
+4. The producer keeps sending them? **Bulk skip** the rest with the producer's name as the reason, and tell
+   the producing team (#github-ingest).
 """
 
 
@@ -165,7 +169,7 @@ def attach_runbook(people: DemoPeople, pipeline: Pipeline) -> Runbook | None:
         team=pipeline.team,
         title="Push event without a commit count",
         body=RUNBOOK,
-        actions=["fix", "replay", "skip", "bulk_skip"],
+        actions=["bulk_fix", "bulk_replay", "fix", "replay", "skip", "bulk_skip"],
         group=group,
     )
 

@@ -424,12 +424,14 @@ class ApprovalRequest(models.Model):
 
 
 class BulkKind(models.TextChoices):
-    """A bulk action replays, skips or deletes (erases) every parked message its filter selects; a delete
-    always waits for a second person's approval, like a single one."""
+    """A bulk action replays, skips, deletes (erases) or fixes (``dlq.services.bulk_fix``: a JSON Patch or
+    DSL transform per message) every parked message its filter selects; a delete always waits for a second
+    person's approval, like a single one."""
 
     REPLAY = "replay", "Replay"
     SKIP = "skip", "Skip"
     DELETE = "delete", "Delete (erase)"
+    FIX = "fix", "Fix (JSON Patch or DSL transform)"
 
 
 class BulkState(models.TextChoices):
@@ -494,6 +496,12 @@ class BulkAction(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     worker = models.CharField(max_length=200, blank=True, help_text="host:pid of the worker running it")
     runs = models.PositiveIntegerField(default=0, help_text="how many times a worker started or resumed it")
+    fix = models.JSONField(
+        default=dict, blank=True, help_text='fix: {"patch": [RFC 6902 operations]} or {"transform": "DSL"}'
+    )
+    fix_failures = models.JSONField(
+        default=dict, blank=True, help_text="fix: messages left unchanged, per reason (reason -> count)"
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -521,6 +529,7 @@ class RunbookAction(models.TextChoices):
     REQUEST_DELETE = "request_delete", "Request delete"
     BULK_REPLAY = "bulk_replay", "Bulk replay"
     BULK_SKIP = "bulk_skip", "Bulk skip"
+    BULK_FIX = "bulk_fix", "Bulk fix"
 
 
 class Runbook(models.Model):

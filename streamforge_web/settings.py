@@ -419,7 +419,15 @@ SPECTACULAR_SETTINGS = {
         "DeadLetterStatusEnum": "dlq.models.Status",
         "DslKindEnum": ["filter", "transform", "key_transform", "header_transform", "timestamp"],
         "LifecycleActionEnum": ["start", "stop", "restart"],
-        "RunbookActionEnum": ["fix", "replay", "skip", "request_delete", "bulk_replay", "bulk_skip"],
+        "RunbookActionEnum": [
+            "fix",
+            "replay",
+            "skip",
+            "request_delete",
+            "bulk_replay",
+            "bulk_skip",
+            "bulk_fix",
+        ],
     },
     # dlq.converters: Kafka coordinates in paths, bounded as Kafka bounds them (int32 and int64).
     "PATH_CONVERTER_OVERRIDES": {

@@ -408,6 +408,8 @@ class BulkSerializer(serializers.ModelSerializer[BulkAction]):
             "started_at",
             "finished_at",
             "runs",
+            "fix",
+            "fix_failures",
         ]
 
     @extend_schema_field(BulkProgressSerializer)
@@ -694,3 +696,47 @@ class RetentionPolicyWriteSerializer(serializers.Serializer[dict[str, Any]]):
     pipeline = serializers.CharField(required=False, allow_blank=True, default="")
     closed_days = serializers.IntegerField(min_value=0, max_value=3650)
     purge_deleted = serializers.BooleanField(required=False, default=True)
+
+
+# ---------------------------------------------------------------------------------------------- bulk fix
+
+
+class BulkFixCreateSerializer(serializers.Serializer[dict[str, Any]]):
+    """``POST /api/dlq/bulk/fix/``: a fix for every parked message ``filters`` selects. ``fix`` is
+    ``{"patch": [RFC 6902 operations]}`` or ``{"transform": "DSL transform"}``; ``dry_run: true`` stores
+    nothing and answers the count, the approval and ``sample`` messages fixed in memory."""
+
+    filters = serializers.DictField(default=dict)
+    fix = serializers.JSONField(
+        help_text='{"patch": [{"op": "copy", "from": "/payload/distinct_size", "path": "/payload/size"}]} '
+        'or {"transform": "CONSTRUCT:actor=/actor/login"}'
+    )
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    rate_limit = serializers.IntegerField(min_value=0, max_value=10_000, default=100)
+    dry_run = serializers.BooleanField(default=False)
+    sample = serializers.IntegerField(min_value=1, max_value=20, default=5)
+
+
+class FixSampleSerializer(serializers.Serializer[Any]):
+    """One sampled message of a bulk fix preview: its diff (current -> fixed) and the check of the fixed
+    payload, or ``error``: why the fix does not apply to it (it would be left unchanged)."""
+
+    dead_letter_id = serializers.IntegerField()
+    coordinates = serializers.CharField()
+    diff = serializers.CharField()
+    check = serializers.SerializerMethodField()
+    error = serializers.CharField()
+
+    @extend_schema_field(PayloadCheckSerializer)
+    def get_check(self, obj: Any) -> dict[str, Any]:
+        """The check, ``{}`` when there is none."""
+        return _check_json(obj.check)
+
+
+class BulkFixPreviewSerializer(serializers.Serializer[Any]):
+    """A bulk fix's dry run: the count, whether it would wait for an approver, and the sample."""
+
+    count = serializers.IntegerField()
+    needs_approval = serializers.BooleanField()
+    approval_threshold = serializers.IntegerField()
+    samples = FixSampleSerializer(many=True)

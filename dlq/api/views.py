@@ -32,6 +32,8 @@ from dlq import services
 from dlq.api.serializers import (
     ApprovalSerializer,
     BulkCreateSerializer,
+    BulkFixCreateSerializer,
+    BulkFixPreviewSerializer,
     BulkPreviewSerializer,
     BulkSerializer,
     CheckResultSerializer,
@@ -397,8 +399,9 @@ class FailureGroupViewSet(viewsets.ReadOnlyModelViewSet[FailureGroup]):
 
 
 class BulkViewSet(ServiceErrorsMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet[BulkAction]):
-    """``/api/dlq/bulk/``: bulk replays and skips. ``POST`` with ``dry_run: true`` counts what the filter
-    selects; without it, creates the action (202; queued, or awaiting approval when large).
+    """``/api/dlq/bulk/``: bulk replays, skips, deletes and fixes (``fix/``). ``POST`` with ``dry_run:
+    true`` counts what the filter selects; without it, creates the action (202; queued, or awaiting
+    approval when large).
     ``pause/``, ``resume/``, ``cancel/``: operator; each is a move of the bulk life cycle
     (``dlq.services.bulk.BULK_TRANSITIONS``), 409 naming the state when the action is not in one it
     starts from."""
@@ -442,6 +445,40 @@ class BulkViewSet(ServiceErrorsMixin, mixins.CreateModelMixin, viewsets.ReadOnly
             actor=request.user, bulk=self.get_object(), reason=serializer.validated_data["reason"]
         )
         return Response(BulkSerializer(bulk).data)
+
+    @extend_schema(
+        request=BulkFixCreateSerializer, responses={202: BulkSerializer, 200: BulkFixPreviewSerializer}
+    )
+    @action(detail=False, methods=["post"], url_path="fix")
+    def fix(self, request: Request) -> Response:
+        """Bulk fix: a JSON Patch (RFC 6902) or DSL transform applied to each parked message the filter
+        selects. ``dry_run``: the count, the approval and a sample with diffs and would-pass (200);
+        otherwise the bulk action (202; queued, or awaiting approval when large). A bad patch or
+        expression is a 400 naming ``fix.patch[i].<member>`` or ``fix.transform`` and the reason."""
+        serializer = BulkFixCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        try:
+            selection = MessageFilter.from_mapping(data["filters"])
+        except FilterError as exc:
+            return Response({f"filters.{exc.field}": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
+        fix = services.parse_fix(data["fix"])
+        if data["dry_run"]:
+            preview = services.preview_bulk_fix(
+                actor=request.user,  # type: ignore[arg-type]
+                selection=selection,
+                fix=fix,
+                sample=data["sample"],
+            )
+            return Response(BulkFixPreviewSerializer(preview).data)
+        bulk = services.create_bulk_fix(
+            actor=request.user,  # type: ignore[arg-type]
+            selection=selection,
+            fix=fix,
+            reason=data["reason"],
+            rate_limit=data["rate_limit"],
+        )
+        return Response(BulkSerializer(bulk).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=OptionalReasonSerializer, responses={200: BulkSerializer})
     @action(detail=True, methods=["post"])

@@ -17,6 +17,8 @@ One module per workflow; this package re-exports their public names, so ``servic
 - ``approvals``: delete requests, approve and reject (four eyes);
 - ``bulk``: bulk replay and skip, their preview, pause / resume / cancel, and the runner; their life
   cycle is one table of transitions (``BULK_TRANSITIONS``);
+- ``bulk_fix``: a JSON Patch or DSL transform applied to a selection under the bulk rules (its preview
+  and creation); ``fix_patch``: the fix itself and the runner's chunk;
 - ``admin``: extra DLQ topics and runbooks;
 - ``retention``: retention policies and the purge of closed dead letters;
 - ``notify``: after-commit notifications of the console pages;
@@ -38,6 +40,14 @@ from dlq.services.bulk import (
     resume_bulk,
     run_bulk,
     stale_bulk_ids,
+)
+from dlq.services.bulk_fix import (
+    BulkFix,
+    BulkFixPreview,
+    FixSample,
+    create_bulk_fix,
+    parse_fix,
+    preview_bulk_fix,
 )
 from dlq.services.errors import Conflict, InvalidRequest, ReplayFailed, WouldFailAgain
 from dlq.services.exports import EXPORT_MAX_ROWS, DeadLetterExport, export_dead_letters
@@ -98,6 +108,8 @@ __all__ = [
     "MASK",
     "UNMASKED",
     "ApprovalSummary",
+    "BulkFix",
+    "BulkFixPreview",
     "BulkPreview",
     "BulkTransition",
     "Conflict",
@@ -106,6 +118,7 @@ __all__ = [
     "DlqCoordinates",
     "DraftCheck",
     "FailedRevision",
+    "FixSample",
     "InvalidRequest",
     "Masking",
     "MessageInspection",
@@ -129,6 +142,7 @@ __all__ = [
     "check_draft",
     "check_payload",
     "create_bulk",
+    "create_bulk_fix",
     "current_payload",
     "decode_headers",
     "delete_runbook",
@@ -139,9 +153,11 @@ __all__ = [
     "key_masked_teams",
     "masked_paths_for",
     "masking_for",
+    "parse_fix",
     "pause_bulk",
     "payload_diff",
     "preview_bulk",
+    "preview_bulk_fix",
     "recount",
     "register_topic",
     "reject",

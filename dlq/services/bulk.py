@@ -59,6 +59,7 @@ from dlq.models import (
 )
 from dlq.services import erasure, kafka_io, notify
 from dlq.services.errors import Conflict, InvalidRequest
+from dlq.services.fix_patch import BulkFix, fix_chunk
 from dlq.services.inspection import visible_dead_letters
 from dlq.services.kafka_io import OutgoingRecord
 from dlq.services.replays import (
@@ -346,6 +347,7 @@ def create_bulk(
     reason: str,
     rate_limit: int = 100,
     target_topic: str = "",
+    fix: BulkFix | None = None,
 ) -> BulkAction:
     """Create a bulk replay, skip or delete of every parked message the filter selects now (ids up to the
     current newest). It is queued at once, or waits for an approver (``needs_approval``: a delete always,
@@ -353,10 +355,15 @@ def create_bulk(
     ``STREAMFORGE_DLQ_BULK_APPROVAL_WINDOW`` seconds is above ``STREAMFORGE_DLQ_BULK_APPROVAL_THRESHOLD``
     messages). The selection must lie in one team, where the
     actor needs the operator role. ``rate_limit`` is messages per second (1..10000; 0: unlimited).
-    Raises InvalidRequest, PermissionDenied.
+    A ``fix`` (kind ``fix`` only, and required by it) is applied to each message by the runner
+    (``fix_patch.fix_chunk``). Raises InvalidRequest, PermissionDenied.
     """
     if kind not in BulkKind.values:
         raise InvalidRequest("kind", f"must be one of {', '.join(BulkKind.values)}")
+    if (kind == BulkKind.FIX) != (fix is not None):
+        raise InvalidRequest(
+            "fix", "a bulk fix needs its fix (POST /api/dlq/bulk/fix/); other kinds take none"
+        )
     if not reason.strip():
         raise InvalidRequest("reason", "a bulk action needs a reason")
     if rate_limit < 0 or rate_limit > 10_000:
@@ -399,6 +406,7 @@ def create_bulk(
             approval_required=approval,
             total=total,
             created_by=actor,
+            fix=fix.to_json() if fix is not None else {},
         )
         audit.record(
             actor=actor,
@@ -406,7 +414,8 @@ def create_bulk(
             target_type="bulk",
             target_id=bulk.pk,
             reason=reason,
-            details={"kind": kind, "filters": bulk.filters, "total": total, "rate_limit": rate_limit},
+            details={"kind": kind, "filters": bulk.filters, "total": total, "rate_limit": rate_limit}
+            | ({"fix": bulk.fix} if fix is not None else {}),
         )
         if approval:
             bulk_approval = ApprovalRequest.objects.create(
@@ -605,6 +614,8 @@ def run_bulk(*, bulk_id: int, chunk_size: int | None = None) -> BulkAction:
                 settler.submit(_send_replay_chunk(bulk, ids))
             elif bulk.kind == BulkKind.DELETE:
                 record(ids, *_bulk_delete_chunk(bulk, ids))
+            elif bulk.kind == BulkKind.FIX:
+                record(ids, *fix_chunk(bulk, ids))
             else:
                 record(ids, *_bulk_skip_chunk(bulk, ids))
             sent_this_run += len(ids)

@@ -93,6 +93,7 @@
     });
 
     document.getElementById("bulk-count").addEventListener("click", function () {
+      if (kindSelect.value === "fix") return;  // a bulk fix has its own preview (dlq_bulk_fix.js)
       const request = Object.assign(body(), { dry_run: true });
       say("counting…", "");
       dlq.api("POST", form.dataset.url, request).then(function (answer) {
@@ -112,7 +113,7 @@
 
     form.addEventListener("submit", function (event) {
       event.preventDefault();
-      if (!counted) return;
+      if (!counted || kindSelect.value === "fix") return;
       const request = Object.assign({}, counted, { reason: body().reason, kind: body().kind, dry_run: false });
       if (!request.reason) { say("Say why in the reason: it is kept in the audit log.", "bad"); return; }
       create.disabled = true;
