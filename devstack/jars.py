@@ -225,7 +225,7 @@ def driver_class_archive() -> Path | None:
         f"devstack: dumping the driver JVM's class archive {target.parent.name}/{target.name} ...", flush=True
     )
     env = {k: v for k, v in os.environ.items() if k != "STREAMFORGE_DRIVER_CLASS_ARCHIVE"}
-    command = [sys.executable, "-m", "pipelines.spark.class_archive", "dump", str(partial)]
+    command = [sys.executable, "-m", "pipelines.spark.archive_dump", str(partial)]
     command += ["--jars", ",".join(str(p) for p in spark_jars())]
     try:
         done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)

@@ -244,7 +244,10 @@ def test_the_draft_check_says_whether_it_would_pass_and_stores_nothing(people, p
     assert fixed.status_code == 200
     answer = fixed.json()
     assert answer["check"]["would_pass"] is True
-    assert [d["outcome"] for d in answer["check"]["destinations"]] == ["produced", "filtered"]
+    # only the destination the replay is for (pushes), not the other one it would be filtered at (#30 item 2)
+    assert [(d["destination"], d["outcome"]) for d in answer["check"]["destinations"]] == [
+        ("pushes", "produced")
+    ]
     assert '+    "size": 1' in answer["diff"]
     assert answer["unchanged"] is False
     assert PayloadRevision.objects.count() == 0
