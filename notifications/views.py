@@ -42,7 +42,7 @@ def index(request: HttpRequest) -> HttpResponse:
     """The page of the user's own team (the first, by name, they are a member of; an admin in no team gets
     the first team they may see), or the list, when they have none."""
     teams = list(visible_teams(request.user).order_by("name"))
-    own = [t for t in teams if t.memberships.filter(user_id=request.user.pk).exists()]
+    own = [t for t in teams if t.memberships.filter(user_id=request.user.pk or 0).exists()]
     if teams:
         return redirect("notifications-team", team=(own or teams)[0].name)
     return render(request, "notifications/team.html", {"section": "notifications", "teams": teams})

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
@@ -22,6 +22,7 @@ from rest_framework.response import Response
 
 from access.permissions import is_admin
 from pipelines import clusters
+from pipelines.api.serializers import ErrorDetailSerializer
 from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster
 from streamforge_core.kafka import SASL_MECHANISMS, SECURITY_PROTOCOLS
 
@@ -177,7 +178,15 @@ class ClusterViewSet(viewsets.ViewSet):
         """Change some of a cluster's settings."""
         return self._change(request, name)
 
-    @extend_schema(responses={204: None})
+    @extend_schema(
+        responses={
+            204: None,
+            400: inline_serializer(
+                "DefaultClusterRefused", {"name": serializers.ListField(child=serializers.CharField())}
+            ),
+            409: ErrorDetailSerializer,
+        }
+    )
     def destroy(self, request: Request, name: str) -> Response:
         """Delete a cluster nothing uses (409 naming what still does)."""
         row = self._row(name)
