@@ -10,6 +10,7 @@ import shutil
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.test import Client
@@ -48,7 +49,8 @@ def secure_eu(tmp_path: Path, settings) -> dict[str, str]:
 
 def _client(role: Role, username: str) -> Client:
     client = Client()
-    client.force_login(member(TeamFactory(name=f"team-{username}"), role, username=username))
+    team: Any = TeamFactory(name=f"team-{username}")
+    client.force_login(member(team, role, username=username))
     return client
 
 
