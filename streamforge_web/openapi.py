@@ -15,7 +15,8 @@ schema knows every status it must handle (OpenAPI 3.0.3, "Responses Object").
   is its other spelling: the draft standard "The Idempotency-Key HTTP Header Field",
   draft-ietf-httpapi-idempotency-key-header).
 
-It also removes the code's own names from the descriptions the docstrings give (``(``dlq.services.x``)``
+A paginated list's ``next`` / ``previous`` examples name that list's own path (DRF's paginators give
+``http://api.example.org/accounts/``, which is not this API). It also removes the code's own names from the descriptions the docstrings give (``(``dlq.services.x``)``
 asides and the like): they mean nothing to a client and change with the code.
 """
 
@@ -168,5 +169,25 @@ def complete_responses(result: dict[str, Any], generator: Any, **_kwargs: Any) -
                 p.get("name") == "Idempotency-Key" for p in params
             ):
                 operation["parameters"] = [*params, dict(_IDEMPOTENCY_HEADER)]
+    _paginated_examples(result)
     _scrub_all(result)
     return result
+
+
+def _paginated_examples(result: dict[str, Any]) -> None:
+    """Point each ``Paginated*`` component's ``next``/``previous`` example at the first path answering it."""
+    schemas = result.get("components", {}).get("schemas", {})
+    answered_by: dict[str, str] = {}
+    for path, operations in result.get("paths", {}).items():
+        for operation in operations.values():
+            for body in operation.get("responses", {}).get("200", {}).get("content", {}).values():
+                name = str(body.get("schema", {}).get("$ref", "")).rsplit("/", 1)[-1]
+                answered_by.setdefault(name, path)
+    for name, component in schemas.items():
+        path = answered_by.get(name)
+        for link in ("next", "previous"):
+            prop = component.get("properties", {}).get(link)
+            if not (path and isinstance(prop, dict) and "example" in prop):
+                continue
+            query = str(prop["example"]).partition("?")[2]
+            prop["example"] = f"{path}?{query}"

@@ -123,11 +123,28 @@ def schema_defects(schema: dict[str, Any], endpoints: list[tuple[str, str, str, 
             for text in _descriptions(op):
                 if INTERNAL.search(text):
                     found.append(f"{where}: names the code: {INTERNAL.search(text).group(0)}")  # type: ignore[union-attr]
+    paths = {path_key(p) for p in schema["paths"]}
+    for where, example in _examples(schema):
+        if isinstance(example, str) and example.startswith(("http://", "https://", "/")):
+            target = "/" + example.split("://", 1)[-1].partition("/")[2] if "://" in example else example
+            if path_key(target.partition("?")[0]) not in paths:
+                found.append(f"{where}: example {example} is not this API")
     for name, component in schema.get("components", {}).get("schemas", {}).items():
         for text in _descriptions(component):
             if INTERNAL.search(text):
                 found.append(f"component {name}: names the code: {INTERNAL.search(text).group(0)}")  # type: ignore[union-attr]
     return found
+
+
+def _examples(node: Any, where: str = "") -> list[tuple[str, Any]]:
+    if isinstance(node, dict):
+        found = (
+            [(where, node["example"])] if "example" in node and not isinstance(node["example"], dict) else []
+        )
+        return found + [e for k, v in node.items() if k != "example" for e in _examples(v, f"{where}/{k}")]
+    if isinstance(node, list):
+        return [e for item in node for e in _examples(item, where)]
+    return []
 
 
 def _body_ref(operation: dict[str, Any]) -> str:
@@ -153,13 +170,20 @@ def test_the_walker_names_each_class_of_defect():
         "description": "See ``dlq.services.replays`` (ReplaySerializer).",
         "parameters": [{"name": "format", "in": "query", "schema": {"type": "string"}}],
         "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/R"}}}},
-        "responses": {"200": {"description": "ok"}, "400": {"description": "bad"}},
+        "responses": {
+            "200": {
+                "description": "ok",
+                "content": {"a/b": {"schema": {"example": "http://api.example.org/x/"}}},
+            },
+            "400": {"description": "bad"},
+        },
     }
     schema = {
         "paths": {"/x/{id}/": {"post": operation}},
         "components": {"schemas": {"R": {"properties": {"idempotency_key": {"type": "string"}}}}},
     }
-    assert schema_defects(schema, []) == [
+    defects = schema_defects(schema, [])
+    assert defects[:-1] == [
         "no externalDocs link back to the app",
         "POST /x/{id}/: 400 without a body",
         "POST /x/{id}/: no 403",
@@ -168,6 +192,7 @@ def test_the_walker_names_each_class_of_defect():
         "POST /x/{id}/: a stray format parameter",
         "POST /x/{id}/: names the code: dlq.services",
     ]
+    assert defects[-1].endswith("example http://api.example.org/x/ is not this API")
 
 
 def test_the_schema_documents_every_status_and_names_no_code():
