@@ -100,6 +100,19 @@ class ClusterCheckSerializer(serializers.Serializer[Any]):
     )
 
 
+class ClusterTrySerializer(serializers.Serializer[Any]):
+    """What ``try/`` found with settings not saved: ``ok`` (reached and authenticated), the ``verdict`` in a
+    line (``Reached: 1 broker, authentication ok``, ``Authentication failed``, ``TLS failed``, ``Not
+    reached``), the cluster id and broker count once it answered, and the problems."""
+
+    ok = serializers.BooleanField()
+    verdict = serializers.CharField()
+    connection = serializers.CharField()
+    cluster_id = serializers.CharField()
+    brokers = serializers.IntegerField()
+    problems = ProblemSerializer(many=True)
+
+
 def _field_errors(exc: clusters.ClusterError) -> Response:
     return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
 
@@ -200,6 +213,31 @@ class ClusterViewSet(viewsets.ViewSet):
         except clusters.ClusterInUse as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=ClusterWriteSerializer, responses={200: ClusterTrySerializer})
+    @action(detail=False, methods=["post"], url_path="try")
+    def try_settings(self, request: Request) -> Response:
+        """Try settings before saving them (the body of a create; ``name`` required): connect once, bounded
+        to a few seconds, and say whether the brokers were reached, how many, and whether authentication
+        passed, or why not. Saves and approves nothing; 200 whatever it finds (``ok`` says), 400 naming each
+        field that does not validate. Audited (``kafka_cluster.try``)."""
+        serializer = ClusterWriteSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        if "name" not in serializer.validated_data:
+            return Response({"name": ["This field is required."]}, status=status.HTTP_400_BAD_REQUEST)
+        try:
+            report = clusters.try_settings(actor=request.user, values=serializer.validated_data)
+        except clusters.ClusterError as exc:
+            return _field_errors(exc)
+        shown = {
+            "ok": clusters.connected(report),
+            "verdict": clusters.try_verdict(report),
+            "connection": report.connection,
+            "cluster_id": report.cluster_id,
+            "brokers": report.brokers,
+            "problems": report.problems,
+        }
+        return Response(ClusterTrySerializer(shown).data)
 
     @extend_schema(request=None, responses={200: ClusterCheckSerializer})
     @action(detail=True, methods=["post"])

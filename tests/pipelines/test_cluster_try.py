@@ -105,3 +105,26 @@ def test_settings_that_do_not_validate_are_refused_beside_their_field_and_never_
     assert answer.status_code == 400
     assert 'data-testid="field-error"' in answer.content.decode()
     assert not AuditEvent.objects.filter(action="kafka_cluster.try").exists()
+
+
+def test_the_api_tries_settings_before_saving_too(secure_eu, monkeypatch):
+    """``POST /api/clusters/try/``: the same answer as the form's (a wrong password named), 400 naming a
+    missing name, 403 for a non-admin; nothing saved."""
+    from rest_framework.test import APIClient
+
+    monkeypatch.setenv("STREAMFORGE_CLUSTER_SECURE_EU_PASSWORD", WRONG)
+    body = {k: v for k, v in secure_eu.items() if k not in ("action", "verify_hostname")}
+    api = APIClient()
+    api.force_authenticate(member(TeamFactory(name="api-ops"), Role.ADMIN, username="api-ada"))
+    answer = api.post("/api/clusters/try/", body, format="json")
+    assert answer.status_code == 200, answer.json()
+    assert (answer.json()["ok"], answer.json()["verdict"]) == (False, "Authentication failed")
+    assert [p["kind"] for p in answer.json()["problems"]] == ["authentication"]
+    assert WRONG not in answer.content.decode()
+    nameless = api.post("/api/clusters/try/", {**body, "name": ""}, format="json")
+    assert nameless.status_code == 400
+    assert "name" in nameless.json()
+    operator = APIClient()
+    operator.force_authenticate(member(TeamFactory(name="api-data"), Role.OPERATOR, username="api-oti"))
+    assert operator.post("/api/clusters/try/", body, format="json").status_code == 403
+    assert not KafkaCluster.objects.filter(name="secure-eu").exists()
