@@ -14,6 +14,7 @@ from playwright.sync_api import expect
 from access.models import Role
 from pipelines.clusters import TRY_TIMEOUT_SECONDS
 from pipelines.models import KafkaCluster
+from tests.browser.conftest import screenshot
 from tests.browser.test_csp import Watcher
 from tests.factories import TeamFactory, member
 
@@ -48,6 +49,7 @@ def test_test_connection_shows_progress_then_the_answer_and_keeps_the_form(
         expect(page.get_by_label("Bootstrap servers", exact=True)).to_have_value(address)
         expect(page.get_by_label("Name", exact=True)).to_have_value("lab")
         expect(page.get_by_test_id("cluster-try-progress")).to_be_hidden()
+        screenshot(page, "cluster-test-connection")
         assert not KafkaCluster.objects.filter(name="lab").exists()
         assert watcher.problems() == []
     finally:

@@ -58,6 +58,7 @@ def test_a_team_admin_adds_a_webhook_sees_its_secret_once_and_sends_a_signed_tes
     expect(page.get_by_label("Webhook URL", exact=True)).to_have_attribute("aria-invalid", "true")
     expect(events.first).not_to_be_checked()
     expect(events.nth(1)).to_be_checked()
+    screenshot(page, "notifications-refused-form-kept")
     assert not Channel.objects.filter(team=team).exists()
     page.get_by_label("Webhook URL", exact=True).fill(receiver.url)
     page.get_by_test_id("channel-create").click()
