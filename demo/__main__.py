@@ -31,6 +31,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--duration", type=float, default=0.0, help="stop after this many seconds (0: Ctrl-C)"
     )
     parser.add_argument("--web-url", default="http://127.0.0.1:8000", help="printed for the operator")
+    parser.add_argument(
+        "--sinks-url",
+        default="",
+        help="the webhook receiver of devstack.sinks: the demo's notification channels point at it (none: no channels)",
+    )
     return parser.parse_args(argv)
 
 
@@ -57,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     people = demo.setup_people()
     demo.ensure_topics(bootstrap)
     pipeline = demo.setup_pipeline(people)
+    notified = demo.setup_notifications(people, args.sinks_url) if args.sinks_url else []
     supervision.request_start(actor=people.admin, pipeline=pipeline, reason="demo")
     web = args.web_url.rstrip("/")
     _say(
@@ -79,6 +85,14 @@ def main(argv: list[str] | None = None) -> int:
                 '  3. open a JsonPathNotFound message, add "size" to its payload, check it would pass, replay it,',
                 "     and see it arrive on github.pushes (its status turns to replayed, the audit trail shows it);",
                 "  4. request a delete as admin and approve it as approver.",
+                *(
+                    [
+                        f"Notifications ({', '.join(notified)}) go to local sinks: what they sent is listed at "
+                        f"{args.sinks_url}/ (webhooks and mails; also in .stack/*/logs/sinks.log)."
+                    ]
+                    if notified
+                    else []
+                ),
                 "Ctrl-C stops the feeder, the pipeline and the stack.",
                 "",
             ]

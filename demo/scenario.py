@@ -29,6 +29,8 @@ from rest_framework.authtoken.models import Token
 from access.models import Membership, Role, Team
 from dlq.models import FailureGroup, Runbook
 from dlq.services import save_runbook
+from notifications import channels
+from notifications.models import Channel
 from pipelines.models import Pipeline
 from pipelines.services import create_pipeline, revise_pipeline
 from streamforge_core.kafka import KafkaConnection, admin_config, producer_config
@@ -116,6 +118,40 @@ def setup_people() -> DemoPeople:
         users[username] = user
     token, _ = Token.objects.get_or_create(user=users["admin"])
     return DemoPeople(users["admin"], passwords["admin"], users["approver"], passwords["approver"], token.key)
+
+
+#: The demo's notification channels: a signed webhook and an e-mail, both to devstack.sinks.
+DEMO_CHANNELS = ("demo-webhook", "demo-mail")
+#: The address the demo's e-mail channel writes to (the SMTP sink keeps every mail, whatever the address).
+DEMO_RECIPIENT = "oncall@example.com"
+
+
+def setup_notifications(people: DemoPeople, sinks_url: str) -> list[str]:
+    """The team's notification channels to the local sinks (``devstack.sinks``, on loopback; the stack lets
+    the server post there with ``STREAMFORGE_NOTIFY_ALLOW_PRIVATE``): a webhook to ``sinks_url`` + ``/hook``
+    and an e-mail to ``DEMO_RECIPIENT`` (the processes' mail goes to the SMTP sink), every subscribable
+    event; kept from an earlier run when they exist (a webhook to another URL is replaced: deleted and added
+    again, both audited). Returns the channels' names."""
+    team = Team.objects.get(name=TEAM)
+    events = list(channels.SUBSCRIBABLE)
+    hook = f"{sinks_url.rstrip('/')}/hook"
+    existing = {c.name: c for c in Channel.objects.filter(team=team, name__in=DEMO_CHANNELS)}
+    if "demo-webhook" in existing and existing["demo-webhook"].url != hook:
+        channels.delete_channel(actor=people.admin, channel=existing.pop("demo-webhook"))
+    if "demo-webhook" not in existing:
+        channels.create_channel(
+            actor=people.admin, team=team, name="demo-webhook", kind="webhook", events=events, url=hook
+        )
+    if "demo-mail" not in existing:
+        channels.create_channel(
+            actor=people.admin,
+            team=team,
+            name="demo-mail",
+            kind="email",
+            events=events,
+            recipients=[DEMO_RECIPIENT],
+        )
+    return list(DEMO_CHANNELS)
 
 
 def ensure_topics(bootstrap: str) -> None:

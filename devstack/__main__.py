@@ -102,6 +102,8 @@ def _demo(profile: Profile, args: argparse.Namespace) -> int:
             sys.executable, "-m", "demo", "--web-url", profile.web_url,
             "--rate", str(args.rate), "--corrupt-every", str(args.corrupt_every), "--duration", str(args.duration),
         ]  # fmt: skip
+        if profile.sinks:
+            command += ["--sinks-url", f"http://127.0.0.1:{profile.webhook_sink_port}"]
         child = subprocess.Popen(command, cwd=REPO_ROOT, env={**os.environ, **django_env(profile)})
         return child.wait()
     except KeyboardInterrupt:

@@ -59,6 +59,19 @@ class Profile:
     """Whether the stack has the plain Celery ``worker`` (no runner name) of a single-host install."""
     postgres_only: bool = False
     """PostgreSQL whatever ``STREAMFORGE_DB`` says (several processes claim leases with conditional UPDATEs)."""
+    sinks: bool = False
+    """Whether the stack runs the demo's notification receivers (``devstack.sinks``: a webhook receiver on
+    ``webhook_sink_port``, an SMTP sink on ``smtp_sink_port``) and sends the processes' mail to the sink."""
+
+    @property
+    def webhook_sink_port(self) -> int:
+        """The webhook receiver's port (and its page's): ``web_port + 25``."""
+        return self.web_port + 25
+
+    @property
+    def smtp_sink_port(self) -> int:
+        """The SMTP sink's port: ``web_port + 26``."""
+        return self.web_port + 26
 
     @property
     def state_dir(self) -> Path:
@@ -153,6 +166,7 @@ PROFILES: dict[str, Profile] = {
         web_port=8000,
         postgres_port=5433,
         debug=True,
+        sinks=True,
     ),
     "test": Profile(
         "test",

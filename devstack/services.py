@@ -279,10 +279,13 @@ def django_env(profile: Profile) -> dict[str, str]:
         **secure_kafka_env(profile),
     }
     archive = jars.driver_class_archive_path()
-    if (
-        archive.is_file()
-    ):  # built by `devstack system`; drivers start faster with it (pipelines.spark.class_archive)
+    if archive.is_file():  # dumped by `devstack system`: drivers start faster (pipelines.spark.class_archive)
         env["STREAMFORGE_DRIVER_CLASS_ARCHIVE"] = str(archive)
+    if profile.sinks:
+        # The demo's notifications go to devstack.sinks on loopback (which the server refuses by default).
+        env["EMAIL_HOST"] = "127.0.0.1"
+        env["EMAIL_PORT"] = str(profile.smtp_sink_port)
+        env["STREAMFORGE_NOTIFY_ALLOW_PRIVATE"] = "true"
     if profile.runners:
         # Drivers inherit SPARK_*: they bind and advertise loopback, where the executors reach them.
         env["SPARK_LOCAL_IP"] = "127.0.0.1"
@@ -935,6 +938,30 @@ def _dlq_ingest(profile: Profile) -> Service:
     )
 
 
+def _sinks(profile: Profile) -> Service:
+    """The demo's webhook receiver and SMTP sink (``devstack.sinks``), on loopback."""
+
+    def command() -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "devstack.sinks",
+            "--http-port",
+            str(profile.webhook_sink_port),
+            "--smtp-port",
+            str(profile.smtp_sink_port),
+        ]
+
+    return Service(
+        "sinks",
+        (profile.webhook_sink_port, profile.smtp_sink_port),
+        command,
+        _log_says(profile, "sinks", "sinks ready"),
+        ready_timeout=20,
+        stop_timeout=5,
+    )
+
+
 def services(profile: Profile, *, every: bool = False) -> list[Service]:
     """Every service of the stack, in start order (``down`` stops them in reverse): PostgreSQL first when the
     stack runs its own (or with ``every``: what ``down`` stops, so a PostgreSQL started with
@@ -945,6 +972,7 @@ def services(profile: Profile, *, every: bool = False) -> list[Service]:
         _kafka(profile),
         *([_kafka_secure(profile)] if profile.secured_kafka else []),
         _redis(profile),
+        *([_sinks(profile)] if profile.sinks else []),
         *([_spark_master(profile)] if profile.spark_port else []),
         *(_spark_worker(profile, i) for i in range(1, profile.spark_workers + 1)),
         *(_web(profile, i) for i in range(profile.webs)),

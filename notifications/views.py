@@ -39,17 +39,23 @@ def _channel(request: HttpRequest, pk: int) -> Channel:
 
 @login_required
 def index(request: HttpRequest) -> HttpResponse:
-    """The first of the user's teams' pages (or the list, when they have none)."""
-    teams = list(visible_teams(request.user))
-    if len(teams) >= 1:
-        return redirect("notifications-team", team=teams[0].name)
+    """The page of the user's own team (the first, by name, they are a member of; an admin in no team gets
+    the first team they may see), or the list, when they have none."""
+    teams = list(visible_teams(request.user).order_by("name"))
+    own = [t for t in teams if t.memberships.filter(user_id=request.user.pk or 0).exists()]
+    if teams:
+        return redirect("notifications-team", team=(own or teams)[0].name)
     return render(request, "notifications/team.html", {"section": "notifications", "teams": teams})
 
 
 @login_required
 def team_page(request: HttpRequest, team: str) -> HttpResponse:
     """A team's channels and delivery attempts."""
-    the_team = _team(request, team)
+    return render(request, "notifications/team.html", _page(request, _team(request, team)))
+
+
+def _page(request: HttpRequest, the_team: Team, draft: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The team page's context; ``draft`` is a refused new channel's form as typed (see ``create``)."""
     deliveries = DeliveryAttempt.objects.filter(channel__team=the_team).select_related(
         "channel", "notification"
     )
@@ -64,8 +70,9 @@ def team_page(request: HttpRequest, team: str) -> HttpResponse:
         "kinds": ChannelKind.choices,
         "event_types": [(value, EventType(value).label) for value in channels.SUBSCRIBABLE],
         "revealed": request.session.pop(_REVEALED, None),
+        "draft": draft,
     }
-    return render(request, "notifications/team.html", context)
+    return context
 
 
 @login_required
@@ -86,8 +93,19 @@ def create(request: HttpRequest, team: str) -> HttpResponse:
             recipients=[a.strip() for a in post.get("recipients", "").split(",") if a.strip()],
         )
     except InvalidRequest as exc:
-        messages.error(request, f"{exc.field}: {exc.message}")
-        return redirect("notifications-team", team=the_team.name)
+        # The page again, the form open and filled in as typed, the refused field marked (a 400, not a
+        # redirect that would empty the form). The Slack URL is a secret: never sent back, typed again.
+        draft = {
+            "name": post.get("name", ""),
+            "kind": post.get("kind", ""),
+            "url": post.get("url", ""),
+            "recipients": post.get("recipients", ""),
+            "events": post.getlist("events"),
+            "slack_typed": bool(post.get("slack_url", "")),
+            "field": exc.field,
+            "error": exc.message,
+        }
+        return render(request, "notifications/team.html", _page(request, the_team, draft), status=400)
     if created.signing_secret:
         request.session[_REVEALED] = {"channel": created.channel.name, "secret": created.signing_secret}
     messages.success(request, f"Channel {created.channel.name} added.")

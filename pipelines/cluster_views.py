@@ -112,10 +112,16 @@ def cluster_edit(request: HttpRequest, name: str | None = None) -> HttpResponse:
     if request.method != "POST":
         initial = {f: getattr(row, f) for f in clusters.FIELDS} if row is not None else {}
         form = ClusterForm(initial=initial, editing=row is not None)
-        return render(
-            request, "pipelines/cluster_form.html", {"form": form, "cluster": row, "section": "clusters"}
-        )
+        context = {
+            "form": form,
+            "cluster": row,
+            "section": "clusters",
+            "try_seconds": int(clusters.TRY_TIMEOUT_SECONDS * 2),
+        }
+        return render(request, "pipelines/cluster_form.html", context)
     form = ClusterForm(request.POST, editing=row is not None)
+    if request.POST.get("action") == "test":
+        return _try(request, actor, form, row)
     if form.is_valid():
         try:
             saved = clusters.save_cluster(actor=actor, values=form.cleaned_data, cluster=row)
@@ -129,7 +135,37 @@ def cluster_edit(request: HttpRequest, name: str | None = None) -> HttpResponse:
                 f"Cluster {saved.name} saved. Nothing connects to it until its connection test below passes.",
             )
             return redirect("cluster-list")
-    context = {"form": form, "cluster": row, "section": "clusters"}
+    context = {
+        "form": form,
+        "cluster": row,
+        "section": "clusters",
+        "try_seconds": int(clusters.TRY_TIMEOUT_SECONDS * 2),
+    }
+    return render(request, "pipelines/cluster_form.html", context, status=400)
+
+
+def _try(request: HttpRequest, actor: User, form: ClusterForm, row: KafkaCluster | None) -> HttpResponse:
+    """The form's "Test connection": the typed settings tried once, unsaved (``clusters.try_settings``), the
+    answer shown above the form, which keeps what was typed (the password is a reference: nothing secret is
+    typed, so nothing secret comes back). Refused settings come back beside their field (status 400)."""
+    context: dict[str, Any] = {
+        "form": form,
+        "cluster": row,
+        "section": "clusters",
+        "try_seconds": int(clusters.TRY_TIMEOUT_SECONDS * 2),
+    }
+    if form.is_valid():
+        try:
+            tried = clusters.try_settings(actor=actor, values=form.cleaned_data, cluster=row)
+        except clusters.ClusterError as exc:
+            for field, problems in exc.errors.items():
+                for problem in problems:
+                    form.add_error(field if field in form.fields else None, problem)
+        else:
+            context.update(
+                tried=tried, tried_verdict=clusters.try_verdict(tried), tried_ok=clusters.connected(tried)
+            )
+            return render(request, "pipelines/cluster_form.html", context)
     return render(request, "pipelines/cluster_form.html", context, status=400)
 
 

@@ -514,7 +514,7 @@ def topics_of(cluster: KafkaCluster | None) -> tuple[list[str], list[str]]:
 _CONNECTION_KINDS = frozenset({"unreachable", "tls", "authentication"})
 
 
-def _connected(report: ProbeReport) -> bool:
+def connected(report: ProbeReport) -> bool:
     """Whether the probe reached the cluster and authenticated: what approves a cluster's settings. Topic
     problems (an ACL missing, a topic not created yet) are the pipelines' business, not the connection's."""
     return (
@@ -558,7 +558,7 @@ def check_cluster(
             report = probe(conn, read=read, write=write, timeout=timeout)
     verified = cluster is None
     with transaction.atomic():
-        if cluster is not None and _connected(report):
+        if cluster is not None and connected(report):
             tested = {f: getattr(cluster, f) for f in CONNECTION_FIELDS}
             verified = bool(
                 KafkaCluster.objects.filter(pk=cluster.pk, **tested).update(
@@ -580,3 +580,69 @@ def check_cluster(
             },
         )
     return ClusterCheck(name, report, read, write, verified)
+
+
+#: How long "Test connection" on the cluster form waits for the brokers, in seconds (``probe`` blocks up to
+#: about twice this: the whole answer comes within a few seconds, and the form says so while it waits).
+TRY_TIMEOUT_SECONDS = 3.0
+
+
+def try_settings(
+    *,
+    actor: User | AnonymousUser,
+    values: Mapping[str, Any],
+    cluster: KafkaCluster | None = None,
+    timeout: float = TRY_TIMEOUT_SECONDS,
+) -> ProbeReport:
+    """Connect once with settings typed in the cluster form, before (and without) saving them: whether the
+    brokers were reached, how many, the cluster id, and whether authentication passed, or why not (the
+    problems of ``streamforge_core.kafka_probe.probe``: unreachable, TLS, authentication). ``values`` as for
+    ``save_cluster`` (``cluster`` None: a new cluster, ``values`` has ``name``; else a change of
+    ``cluster``, missing keys keeping their value). No topic is checked, nothing is stored and nothing is
+    verified: only ``check_cluster`` on the saved row approves a cluster for the product's clients.
+
+    Needs the admin role (PermissionDenied). Raises ClusterError when the settings do not validate (the
+    same rules as saving: the password and files must be the cluster's own, so a test cannot send another
+    cluster's secret to a broker). Audited (``kafka_cluster.try``: ok, the problems' kinds and the
+    connection as ``KafkaConnection.describe`` words it, never a secret)."""
+    _require_admin(actor)
+    target = KafkaCluster(name=str(values.get("name", "")) if cluster is None else cluster.name)
+    for name in FIELDS:
+        value = values.get(name, getattr(cluster if cluster is not None else target, name))
+        setattr(target, name, value.strip() if isinstance(value, str) else value)
+    target.verify_hostname = bool(target.verify_hostname)
+    errors = validate({f: getattr(target, f) for f in FIELDS} | {"name": target.name}, cluster=target.name)
+    if errors:
+        raise ClusterError(errors)
+    try:
+        conn = _connection(target)
+    except ValueError as exc:  # CredentialUnavailable among them
+        report = ProbeReport(connection=target.name, problems=[Problem("authentication", str(exc))])
+    else:
+        report = probe(conn, timeout=timeout)
+    audit.record(
+        actor=actor,
+        action="kafka_cluster.try",
+        target_type="kafka_cluster",
+        target_id=target.name,
+        details={
+            "ok": connected(report),
+            "saved": cluster is not None,
+            "problems": sorted({p.kind for p in report.problems}),
+            "connection": report.connection,
+        },
+    )
+    return report
+
+
+def try_verdict(report: ProbeReport) -> str:
+    """``try_settings``' answer in a line, for the heading above the form: ``Reached: 3 brokers,
+    authentication ok``, or what stopped it (``Authentication failed``, ``TLS failed``, ``Not reached``)."""
+    if connected(report):
+        return f"Reached: {report.brokers} broker{'' if report.brokers == 1 else 's'}, authentication ok"
+    kinds = {p.kind for p in report.problems}
+    if "authentication" in kinds:
+        return "Authentication failed"
+    if "tls" in kinds:
+        return "TLS failed"
+    return "Not reached"

@@ -402,6 +402,15 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "StreamForge Web API",
     "DESCRIPTION": "Pipelines, delivery metrics and the dead-letter-queue console.",
+    # The app this API belongs to, and every status each operation can answer (streamforge_web.openapi).
+    "EXTERNAL_DOCS": {
+        "description": "The StreamForge Web console (the API's browsable docs: /api/docs/)",
+        "url": "/",
+    },
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "streamforge_web.openapi.complete_responses",
+    ],
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",

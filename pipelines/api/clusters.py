@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
@@ -22,6 +22,7 @@ from rest_framework.response import Response
 
 from access.permissions import is_admin
 from pipelines import clusters
+from pipelines.api.serializers import ErrorDetailSerializer
 from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster
 from streamforge_core.kafka import SASL_MECHANISMS, SECURITY_PROTOCOLS
 
@@ -97,6 +98,19 @@ class ClusterCheckSerializer(serializers.Serializer[Any]):
     verified = serializers.BooleanField(
         help_text="the test reached the cluster and authenticated: these settings are now approved"
     )
+
+
+class ClusterTrySerializer(serializers.Serializer[Any]):
+    """What ``try/`` found with settings not saved: ``ok`` (reached and authenticated), the ``verdict`` in a
+    line (``Reached: 1 broker, authentication ok``, ``Authentication failed``, ``TLS failed``, ``Not
+    reached``), the cluster id and broker count once it answered, and the problems."""
+
+    ok = serializers.BooleanField()
+    verdict = serializers.CharField()
+    connection = serializers.CharField()
+    cluster_id = serializers.CharField()
+    brokers = serializers.IntegerField()
+    problems = ProblemSerializer(many=True)
 
 
 def _field_errors(exc: clusters.ClusterError) -> Response:
@@ -177,7 +191,15 @@ class ClusterViewSet(viewsets.ViewSet):
         """Change some of a cluster's settings."""
         return self._change(request, name)
 
-    @extend_schema(responses={204: None})
+    @extend_schema(
+        responses={
+            204: None,
+            400: inline_serializer(
+                "DefaultClusterRefused", {"name": serializers.ListField(child=serializers.CharField())}
+            ),
+            409: ErrorDetailSerializer,
+        }
+    )
     def destroy(self, request: Request, name: str) -> Response:
         """Delete a cluster nothing uses (409 naming what still does)."""
         row = self._row(name)
@@ -191,6 +213,31 @@ class ClusterViewSet(viewsets.ViewSet):
         except clusters.ClusterInUse as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=ClusterWriteSerializer, responses={200: ClusterTrySerializer})
+    @action(detail=False, methods=["post"], url_path="try")
+    def try_settings(self, request: Request) -> Response:
+        """Try settings before saving them (the body of a create; ``name`` required): connect once, bounded
+        to a few seconds, and say whether the brokers were reached, how many, and whether authentication
+        passed, or why not. Saves and approves nothing; 200 whatever it finds (``ok`` says), 400 naming each
+        field that does not validate. Audited (``kafka_cluster.try``)."""
+        serializer = ClusterWriteSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        if "name" not in serializer.validated_data:
+            return Response({"name": ["This field is required."]}, status=status.HTTP_400_BAD_REQUEST)
+        try:
+            report = clusters.try_settings(actor=request.user, values=serializer.validated_data)
+        except clusters.ClusterError as exc:
+            return _field_errors(exc)
+        shown = {
+            "ok": clusters.connected(report),
+            "verdict": clusters.try_verdict(report),
+            "connection": report.connection,
+            "cluster_id": report.cluster_id,
+            "brokers": report.brokers,
+            "problems": report.problems,
+        }
+        return Response(ClusterTrySerializer(shown).data)
 
     @extend_schema(request=None, responses={200: ClusterCheckSerializer})
     @action(detail=True, methods=["post"])

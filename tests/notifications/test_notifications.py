@@ -276,3 +276,14 @@ def test_a_delivery_does_not_follow_a_redirect():
         assert followed == []
     finally:
         server.shutdown()
+
+
+@pytest.mark.django_db
+def test_the_notifications_link_opens_the_person_s_own_team():
+    """``/notifications/`` goes to a team the person is a member of, even when they may see others (an admin
+    who is in ``zz-own`` lands there, not on the first team by name)."""
+    TeamFactory(name="aa-first")
+    admin = member(TeamFactory(name="zz-own"), Role.ADMIN, username="own-team-admin")
+    client = Client()
+    client.force_login(admin)
+    assert client.get("/notifications/")["Location"] == "/notifications/zz-own/"
