@@ -30,6 +30,10 @@ def test_every_application_container_gets_the_settings_the_local_stack_uses():
         "STREAMFORGE_SPARK_JARS",  # baked into the image
         "STREAMFORGE_STATE_DIR",  # baked into the image
         "STREAMFORGE_DRIVER_CLASS_ARCHIVE",  # dumped into the image (Dockerfile)
+        # the dev profile's local mail and webhook sinks for the demo (devstack.sinks): not in a deployment
+        "EMAIL_HOST",
+        "EMAIL_PORT",
+        "STREAMFORGE_NOTIFY_ALLOW_PRIVATE",
         "STREAMFORGE_WEB_URL",  # only the demo script reads it
     }
     for name in APP_SERVICES:
