@@ -82,7 +82,9 @@ def test_a_fix_keeps_the_original_shows_the_diff_and_says_whether_it_would_pass(
     assert body["payload_revision"] == 2
     assert body["check"]["would_pass"] is True
     # only the destination the replay is for (#30 item 2): pull-requests, which filters it out, is not listed
-    assert [(d["destination"], d["outcome"]) for d in body["check"]["destinations"]] == [("pushes", "produced")]
+    assert [(d["destination"], d["outcome"]) for d in body["check"]["destinations"]] == [
+        ("pushes", "produced")
+    ]
     assert '+    "size": 3' in body["diff"]
     detail = api.get(f"/api/dlq/messages/{parked[0].pk}/").json()
     assert [r["number"] for r in detail["payload_revisions"]] == [1, 2]
