@@ -419,22 +419,7 @@ def browse(
                 following[p] = lower
     # A partition that has nothing left is left out of the cursor; with none left, there is no next page.
     next_cursor = _cursor_text(following) if following and (shown or truncated) else ""
-    erased = erased_records(pipeline, shown)
-    senders = senders_of_test_messages(pipeline, topic, [(r.partition, r.offset) for r in shown])
-    return RecordPage(
-        [
-            _present(
-                r,
-                masking,
-                owned,
-                erased=_coordinates(r) in erased,
-                test_by=senders.get((r.partition, r.offset), ""),
-            )
-            for r in shown
-        ],
-        next_cursor,
-        truncated,
-    )
+    return RecordPage(_present_all(pipeline, topic, shown, masking, owned), next_cursor, truncated)
 
 
 def topic_masking(masking: services.Masking, spec: PipelineSpec, topic: str) -> services.Masking:
@@ -553,6 +538,25 @@ def _read(
             if record.offset + 1 >= end:
                 remaining.discard(record.partition)
     return records, bool(remaining)
+
+
+def _present_all(
+    pipeline: Pipeline, topic: str, records: list[Record], masking: services.Masking, owned: dict[str, str]
+) -> list[BrowsedRecord]:
+    """``records`` of ``topic`` as the page shows them: masked, erased ones marked (an approved delete of the
+    dead letter they are), and the sender of each test message named."""
+    erased = erased_records(pipeline, records)
+    senders = senders_of_test_messages(pipeline, topic, [(r.partition, r.offset) for r in records])
+    return [
+        _present(
+            r,
+            masking,
+            owned,
+            erased=_coordinates(r) in erased,
+            test_by=senders.get((r.partition, r.offset), ""),
+        )
+        for r in records
+    ]
 
 
 def _present(
@@ -944,21 +948,7 @@ def tail(
     following = dict(starts)
     for record in shown:
         following[record.partition] = max(following[record.partition], record.offset + 1)
-    erased = erased_records(pipeline, shown)
-    senders = senders_of_test_messages(pipeline, topic, [(r.partition, r.offset) for r in shown])
-    return TailStep(
-        [
-            _present(
-                r,
-                masking,
-                owned,
-                erased=_coordinates(r) in erased,
-                test_by=senders.get((r.partition, r.offset), ""),
-            )
-            for r in shown
-        ],
-        _cursor_text(following),
-    )
+    return TailStep(_present_all(pipeline, topic, shown, masking, owned), _cursor_text(following))
 
 
 # ------------------------------------------------------------------------------------------ consumer groups
