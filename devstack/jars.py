@@ -201,13 +201,14 @@ def _java_binary() -> str:
 def driver_class_archive_path() -> Path:
     """Where the driver JVM's class-data-sharing archive (``pipelines.spark.class_archive``) for this
     environment lives: the key covers what HotSpot validates the archive against (the JVM, the installed
-    pyspark and its jars, this virtualenv's path in the class path) and the jars a driver is given."""
+    pyspark, the path, size and modification time of each of its jars) and the jars a driver is given."""
     digest = hashlib.sha256()
     digest.update(f"java={_java_binary()} pyspark={spark_version()} prefix={sys.prefix}".encode())
-    for name in sorted(p.name for p in _pyspark_jars().glob("*.jar")):
-        digest.update(name.encode() + b"\0")
-    for jar in spark_jars():
-        digest.update(str(jar).encode() + b"\0")
+    # HotSpot also compares each class-path jar's modification time and size with the dump's: a virtualenv
+    # made again at the same path has new jars, and the archive would be silently ignored.
+    for jar in [*sorted(_pyspark_jars().glob("*.jar")), *spark_jars()]:
+        stat = jar.stat()
+        digest.update(f"{jar}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
     return cache_dir() / f"driver-cds-{digest.hexdigest()[:16]}" / "driver.jsa"
 
 
