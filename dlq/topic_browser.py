@@ -381,12 +381,7 @@ def browse(
     bounds = parse_cursor(cursor)
     consumer = _browse_consumer(_connection(pipeline))
     try:
-        watermarks = _read_watermarks(consumer, topic, timeout)
-        if watermarks is None:
-            raise TopicNotFound(topic)
-        if partition is not None and partition not in watermarks:
-            raise BadPosition("partition", f"the topic has partitions 0 to {len(watermarks) - 1}")
-        chosen = [partition] if partition is not None else sorted(watermarks)
+        watermarks, chosen = _partitions(consumer, topic, partition, timeout)
         starts = _starts(consumer, topic, chosen, watermarks, from_offset, from_time_ms, timeout)
         ranges: dict[int, tuple[int, int]] = {}
         for p in chosen:
@@ -538,6 +533,20 @@ def _read(
             if record.offset + 1 >= end:
                 remaining.discard(record.partition)
     return records, bool(remaining)
+
+
+def _partitions(
+    consumer: Consumer, topic: str, partition: int | None, timeout: float
+) -> tuple[dict[int, tuple[int, int]], list[int]]:
+    """``topic``'s watermarks ({partition: (low, high)}) and the partitions a read covers: ``partition``
+    alone, or all of them in order. Raises TopicNotFound, or BadPosition on ``partition`` when the topic
+    has no such partition."""
+    watermarks = _read_watermarks(consumer, topic, timeout)
+    if watermarks is None:
+        raise TopicNotFound(topic)
+    if partition is not None and partition not in watermarks:
+        raise BadPosition("partition", f"the topic has partitions 0 to {len(watermarks) - 1}")
+    return watermarks, [partition] if partition is not None else sorted(watermarks)
 
 
 def _present_all(
@@ -842,12 +851,7 @@ def search(
         if cursor:
             ranges = parse_search_cursor(cursor)
         else:
-            watermarks = _read_watermarks(consumer, topic, READ_TIMEOUT_SECONDS)
-            if watermarks is None:
-                raise TopicNotFound(topic)
-            if partition is not None and partition not in watermarks:
-                raise BadPosition("partition", f"the topic has partitions 0 to {len(watermarks) - 1}")
-            chosen = [partition] if partition is not None else sorted(watermarks)
+            watermarks, chosen = _partitions(consumer, topic, partition, READ_TIMEOUT_SECONDS)
             starts = _starts(
                 consumer, topic, chosen, watermarks, from_offset, from_time_ms, READ_TIMEOUT_SECONDS
             )
@@ -930,12 +934,7 @@ def tail(
     owned = owned_topics(spec)
     consumer = _browse_consumer(_connection(pipeline))
     try:
-        watermarks = _read_watermarks(consumer, topic, timeout)
-        if watermarks is None:
-            raise TopicNotFound(topic)
-        if partition is not None and partition not in watermarks:
-            raise BadPosition("partition", f"the topic has partitions 0 to {len(watermarks) - 1}")
-        chosen = [partition] if partition is not None else sorted(watermarks)
+        watermarks, chosen = _partitions(consumer, topic, partition, timeout)
         if not after:
             return TailStep([], _cursor_text({p: watermarks[p][1] for p in chosen}))
         starts = {p: max(positions.get(p, watermarks[p][0]), watermarks[p][0]) for p in chosen}
