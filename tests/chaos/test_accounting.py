@@ -126,6 +126,10 @@ def test_wrong_outcomes_and_reroutes_are_told_apart_from_losses():
     assert tallies["pushes"].value_mismatch == 1  # offset 0: another value than the evaluator's
     assert tallies["pushes"].wrong == 1  # offset 1 should have been filtered
     assert (tallies["archive"].rerouted, tallies["archive"].lost, tallies["archive"].wrong) == (1, 0, 0)
+    # The run-long totals count fates only: the same outputs, no value compared, every other count equal.
+    counts = accounting.tally(expected, observed, compare_values=False)
+    assert counts["pushes"].value_mismatch == 0
+    assert (counts["pushes"].wrong, counts["archive"].rerouted) == (1, 1)
 
 
 def test_outputs_without_lineage_are_counted_not_attributed():
