@@ -11,6 +11,7 @@ Imports nothing from Django: the spec is a validated ``PipelineSpec`` and the re
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -123,7 +124,8 @@ def consume_all(
 class Expected:
     """What one destination should do with one source record: ``kind`` is "produced", "filtered", "dlq" or
     "replay_skipped" (a replay for other destinations or another pipeline: nothing written);
-    ``error_type`` names the DLQ error type for "dlq"; ``value`` the produced bytes for "produced"."""
+    ``error_type`` names the DLQ error type for "dlq"; ``value`` the produced value's ``value_digest`` for
+    "produced" (a digest, not the bytes: a long run keeps one per source record and destination)."""
 
     kind: str
     error_type: str = ""
@@ -173,7 +175,7 @@ def expected_fates(
                 if size > topic_limits.get(topic, 1_048_588):
                     fates[name] = Expected("dlq", c.RECORD_TOO_LARGE)
                 else:
-                    fates[name] = Expected("produced", value=outcome.value)
+                    fates[name] = Expected("produced", value=value_digest(outcome.value))
         out[(record.topic, record.partition, record.offset)] = fates
     return out
 
@@ -184,7 +186,8 @@ def expected_fates(
 @dataclass(frozen=True)
 class Seen:
     """One output found for (destination, source record): ``kind`` "produced" or "dlq"; ``error_type`` of a
-    DLQ record; ``value`` of a produced record; ``where`` the output's own "topic/partition/offset"."""
+    DLQ record; ``value`` the ``value_digest`` of a produced record; ``where`` the output's own
+    "topic/partition/offset"."""
 
     kind: str
     error_type: str = ""
@@ -223,7 +226,9 @@ def observe(
             topic, part_text, offset_text = lineage.rsplit("/", 2)
             key = (name, (topic, int(part_text), int(offset_text)))
             where = f"{record.topic}/{record.partition}/{record.offset}"
-            observed.fates.setdefault(key, []).append(Seen("produced", value=record.value, where=where))
+            observed.fates.setdefault(key, []).append(
+                Seen("produced", value=value_digest(record.value), where=where)
+            )
     for record in dlq_records:
         source_topic, source_partition, source_offset, dest = (
             record.header(h)
@@ -307,13 +312,23 @@ class Tally:
         }
 
 
-def _same_json(left: bytes | None, right: bytes | None) -> bool:
-    if left == right:
-        return True
+def _number(text: str) -> int | float:
+    number = float(text)
+    return int(number) if number.is_integer() and abs(number) < 2**53 else number
+
+
+def value_digest(value: bytes | None) -> bytes:
+    """A 16-byte digest of a record value, equal for two values that are equal as JSON (key order, spacing
+    and ``1`` against ``1.0`` ignored: the evaluator and Spark's ``to_json`` spell them differently), and
+    otherwise a digest of the bytes (a value that is not JSON equals only itself). ``None`` (a tombstone)
+    digests as JSON ``null``. Computed once per record, so a check compares 16 bytes, not two parses."""
+    raw = b"null" if value is None else value
     try:
-        return bool(json.loads(left or b"null") == json.loads(right or b"null"))
-    except ValueError:
-        return False
+        parsed = json.loads(raw, parse_float=_number)
+    except ValueError:  # UnicodeDecodeError included
+        return hashlib.blake2b(b"raw:" + raw, digest_size=16).digest()
+    canonical = json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.blake2b(canonical.encode(), digest_size=16).digest()
 
 
 def tally(
@@ -352,7 +367,7 @@ def tally(
                 t.expected_produced += 1
                 hits = [s for s in seen if s.kind == "produced"]
                 others = [s for s in seen if s.kind != "produced"]
-                if hits and compare_values and not _same_json(hits[0].value, want.value):
+                if hits and compare_values and hits[0].value != want.value:
                     t.value_mismatch += 1
                     t.examples.append(f"{where}: produced value differs from the evaluator's")
                 if not hits and others and all(s.error_type == c.RETRY_EXHAUSTED for s in others):

@@ -65,7 +65,7 @@ def test_expectations_follow_the_evaluator_and_the_topic_size_limit():
         2: {"pushes": ("dlq", c.MESSAGE_DESERIALIZATION), "archive": ("dlq", c.MESSAGE_DESERIALIZATION)},
         3: {"pushes": ("filtered", ""), "archive": ("dlq", c.RECORD_TOO_LARGE)},
     }
-    assert json.loads(expected[(SOURCE, 0, 0)]["pushes"].value or b"") == {"a": "ann"}
+    assert expected[(SOURCE, 0, 0)]["pushes"].value == accounting.value_digest(b'{"a": "ann"}')
 
 
 def _outputs(pushes, archive, dlq):
@@ -130,6 +130,14 @@ def test_wrong_outcomes_and_reroutes_are_told_apart_from_losses():
     counts = accounting.tally(expected, observed, compare_values=False)
     assert counts["pushes"].value_mismatch == 0
     assert (counts["pushes"].wrong, counts["archive"].rerouted) == (1, 1)
+
+
+def test_values_equal_as_json_share_a_digest_and_others_do_not():
+    same = [b'{"a": 1, "b": [1.0, "x"]}', b'{"b":[1,"x"],"a":1.0}', b'{ "a" : 1 , "b" : [ 1 , "x" ] }']
+    assert len({accounting.value_digest(v) for v in same}) == 1
+    differ = [b'{"a": 1}', b'{"a": 2}', b'{"a": "1"}', b"[1]", b"not json", b"not json ", None, b"\xff"]
+    assert len({accounting.value_digest(v) for v in differ}) == len(differ)
+    assert accounting.value_digest(None) == accounting.value_digest(b"null")
 
 
 def test_outputs_without_lineage_are_counted_not_attributed():
