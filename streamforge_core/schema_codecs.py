@@ -153,10 +153,11 @@ class JsonSchemaCodec:
             return json.loads(text, parse_constant=_refuse_constant)
         except RecursionError:
             raise DecodeError("invalid JSON: nested too deeply") from None
-        except ValueError as exc:
-            position = HEADER_SIZE + len(text[: getattr(exc, "pos", 0)].encode("utf-8"))
-            message = getattr(exc, "msg", str(exc))
-            raise DecodeError(f"invalid JSON at byte {position}: {message}", position) from None
+        except json.JSONDecodeError as exc:
+            position = HEADER_SIZE + len(text[: exc.pos].encode("utf-8"))
+            raise DecodeError(f"invalid JSON at byte {position}: {exc.msg}", position) from None
+        except ValueError as exc:  # NaN, Infinity: refused after the parser accepted them, no byte at hand
+            raise DecodeError(f"invalid JSON: {exc}") from None
 
     def encode(self, value: JSON) -> bytes:
         """``value`` validated against the schema and written as compact UTF-8 JSON. Raises
