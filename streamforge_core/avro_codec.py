@@ -44,7 +44,6 @@ import binascii
 import io
 import json
 import math
-import re
 import uuid
 from collections.abc import Callable
 from datetime import UTC, date, datetime, time
@@ -65,8 +64,9 @@ _ToJson = Callable[[Any], Any]
 _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 _INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
 _FLOAT32_MAX = 3.4028234663852886e38
+#: The key under which a parsed record schema keeps the set of its field names (fastavro ignores it).
+_FIELD_NAMES = "__streamforge_field_names"
 _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class AvroCodec:
@@ -268,12 +268,14 @@ def _any_to_json(value: Any) -> Any:
 def _child(path: str, key: str | int) -> str:
     if isinstance(key, int):
         return f"{path}[{key}]"
-    if _IDENTIFIER.fullmatch(key):
+    if key.isidentifier():
         return f"{path}.{key}"
     return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
 
 
 def _shown(value: Any) -> str:
+    if isinstance(value, dict | list) and value:  # the shape is what the reader needs, not 60 characters of it
+        return "{...}" if isinstance(value, dict) else "[...]"
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -337,10 +339,12 @@ def _record_from_json(schema: dict[str, Any], value: Any, path: str, named: dict
     if not isinstance(value, dict):
         raise SchemaValidation(path, f"expected record {schema['name']} (an object), got {_shown(value)}")
     fields = schema["fields"]
-    known = {field["name"] for field in fields}
-    for key in value:
-        if key not in known:
-            raise SchemaValidation(_child(path, key), f"is not a field of record {schema['name']}")
+    known = schema.get(_FIELD_NAMES)
+    if known is None:  # once per record type: kept in the parsed schema, whose other keys fastavro reads
+        known = schema[_FIELD_NAMES] = frozenset(field["name"] for field in fields)
+    if not known.issuperset(value):
+        unknown = next(key for key in value if key not in known)
+        raise SchemaValidation(_child(path, unknown), f"is not a field of record {schema['name']}")
     out: dict[str, Any] = {}
     for field in fields:
         name = field["name"]
@@ -352,8 +356,13 @@ def _record_from_json(schema: dict[str, Any], value: Any, path: str, named: dict
 
 
 def _union_from_json(schema: list[Any], value: Any, path: str, named: dict[str, Any]) -> tuple[str, Any]:
+    if value is None and "null" in schema:  # the usual optional field, without trying the other branches
+        return "null", None
     failures: list[SchemaValidation] = []
     for branch in schema:
+        if branch == "null" and value is not None:
+            failures.append(SchemaValidation(path, "not null"))
+            continue
         try:
             converted = _from_json(branch, value, path, named)
         except SchemaValidation as exc:
