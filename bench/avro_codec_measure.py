@@ -82,7 +82,7 @@ def measure(rounds: int, repeat: int) -> dict[str, Any]:
     def avro(value: bytes) -> Any:
         return codec.decode(unframe(value, protobuf=False).body)
 
-    rows = {
+    rows: dict[str, tuple[list[bytes], Callable[[bytes], Any]]] = {
         "avro (unframe + decode + JSON mapping)": (framed, avro),
         "json.loads, original lines": (lines, json.loads),
         "json.loads, the Avro record's fields": (fitted_json, json.loads),

@@ -54,8 +54,8 @@ import fastavro
 from fastavro.read import LOGICAL_READERS
 from fastavro.write import LOGICAL_WRITERS
 
+from streamforge_core.codec_errors import JSON, DecodeError, SchemaValidation, UnusableSchema
 from streamforge_core.registered_schema import RegisteredSchema
-from streamforge_core.schema_codecs import JSON, DecodeError, SchemaValidation, UnusableSchema
 from streamforge_core.wire_format import HEADER_SIZE
 
 #: One converter of a decoded fastavro value to the JSON mapping (None where the value is JSON already).
@@ -274,7 +274,9 @@ def _child(path: str, key: str | int) -> str:
 
 
 def _shown(value: Any) -> str:
-    if isinstance(value, dict | list) and value:  # the shape is what the reader needs, not 60 characters of it
+    if (
+        isinstance(value, dict | list) and value
+    ):  # the shape is what the reader needs, not 60 characters of it
         return "{...}" if isinstance(value, dict) else "[...]"
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= 60 else text[:57] + "..."

@@ -393,3 +393,25 @@ def test_a_schema_that_is_not_avro_or_misses_a_reference_is_unusable():
         codec_for(RegisteredSchema(4, "AVRO", "{not json"))
     with pytest.raises(UnusableSchema, match="unknown type 'XML'"):
         codec_for(RegisteredSchema(5, "XML", "<a/>"))  # type: ignore[arg-type,unused-ignore]
+
+
+def test_a_recursive_type_and_a_union_of_converted_branches_convert_at_every_depth():
+    node = {
+        "type": "record",
+        "name": "Node",
+        "fields": [
+            {"name": "data", "type": ["null", "bytes", {"type": "long", "logicalType": "timestamp-micros"}]},
+            {"name": "next", "type": ["null", "Node"]},
+        ],
+    }
+    chain = {
+        "data": "AQI=",
+        "next": {"data": "2021-07-21T06:00:00.000001Z", "next": {"data": None, "next": None}},
+    }
+    datum = {
+        "data": b"\x01\x02",
+        "next": {"data": datetime(2021, 7, 21, 6, 0, 0, 1, tzinfo=UTC), "next": {"data": None, "next": None}},
+    }
+    codec = codec_for(avro(node))
+    assert codec.decode(written_by_fastavro(node, datum)) == chain
+    assert codec.decode(codec.encode(chain)) == chain
