@@ -71,7 +71,7 @@ def measure(rounds: int, repeat: int) -> dict[str, Any]:
     """The figures: records/s and bytes/record of each path, and Avro's rate relative to each JSON one."""
     lines = EVENTS.read_bytes().splitlines()
     schema_text = SCHEMA.read_text()
-    codec = codec_for(RegisteredSchema(SCHEMA_ID, "AVRO", schema_text, subject="github-events-avro-value"))
+    codec = codec_for(RegisteredSchema(SCHEMA_ID, "AVRO", schema_text, (), "github-events-avro-value", 1))
     fitted = [fit_to_schema(json.loads(schema_text), json.loads(line)) for line in lines]
     framed = [frame(SCHEMA_ID, codec.encode(event)) for event in fitted]
     fitted_json = [json.dumps(codec.decode(unframe(value, protobuf=False).body)).encode() for value in framed]

@@ -1,19 +1,17 @@
 """What the registry client hands the codecs: one registered schema and the schemas it references.
 
-A stand-in with the shape agreed for issue #31: the registry part defines the same two dataclasses in
-``streamforge_core.schema_registry`` (with the client that fetches them); when both are merged this module
-only re-exports those, so codecs and callers import one name either way.
+A stand-in with exactly the shape of ``streamforge_core.schema_registry``'s two dataclasses (the registry
+part of issue #31, on its own branch): when both are merged this module only re-exports those
+(``from streamforge_core.schema_registry import Reference, RegisteredSchema``), so the codecs and their
+callers import one name either way.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
-
-SchemaType = Literal["AVRO", "PROTOBUF", "JSON"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Reference:
     """A schema another one imports (Confluent "schema references"): ``name`` as the referring schema
     names it (an Avro full name, a ``.proto`` import path, a JSON Schema ``$ref`` URL), the ``subject`` and
@@ -25,16 +23,16 @@ class Reference:
     schema_str: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class RegisteredSchema:
-    """A schema as the registry returns it for an id: ``schema_id``, ``schema_type`` (the registry's
-    ``schemaType``, ``"AVRO"`` when it omits it), the schema text ``schema_str``, its ``references``
-    (dependencies first, each already resolved to its text), and the ``subject`` and ``version`` it was
-    looked up under (``""``/``0`` when only the id is known)."""
+    """A schema as the registry holds it: ``schema_id``, ``schema_type`` (``"AVRO"``, ``"PROTOBUF"`` or
+    ``"JSON"``), the schema text ``schema_str``, every schema it ``references`` (transitively, each once,
+    dependencies first), and the ``subject``/``version`` the registry says it is registered under (None
+    when it does not say)."""
 
     schema_id: int
-    schema_type: SchemaType
+    schema_type: str
     schema_str: str
-    references: tuple[Reference, ...] = ()
-    subject: str = ""
-    version: int = 0
+    references: tuple[Reference, ...]
+    subject: str | None
+    version: int | None

@@ -12,7 +12,7 @@ from streamforge_core.schema_codecs import codec_for
 
 def test_every_demo_event_fits_the_schema_and_decodes_to_its_fields_with_created_at_unchanged():
     schema = json.loads(SCHEMA.read_text())
-    codec = codec_for(RegisteredSchema(SCHEMA_ID, "AVRO", SCHEMA.read_text()))
+    codec = codec_for(RegisteredSchema(SCHEMA_ID, "AVRO", SCHEMA.read_text(), (), None, None))
     events = [json.loads(line) for line in EVENTS.read_bytes().splitlines()]
     decoded = [codec.decode(codec.encode(fit_to_schema(schema, event))) for event in events]
     assert len(decoded) == 800

@@ -26,7 +26,12 @@ _ids = iter(range(1000, 10**9))
 
 def avro(schema: Any, *references: Reference, schema_id: int | None = None) -> RegisteredSchema:
     return RegisteredSchema(
-        next(_ids) if schema_id is None else schema_id, "AVRO", json.dumps(schema), tuple(references)
+        next(_ids) if schema_id is None else schema_id,
+        "AVRO",
+        json.dumps(schema),
+        tuple(references),
+        None,
+        None,
     )
 
 
@@ -386,13 +391,18 @@ def test_a_schema_that_is_not_avro_or_misses_a_reference_is_unusable():
     with pytest.raises(UnusableSchema, match="schema 3 is not usable Avro"):
         codec_for(
             RegisteredSchema(
-                3, "AVRO", '{"type": "record", "name": "E", "fields": [{"name": "a", "type": "Nope"}]}'
+                3,
+                "AVRO",
+                '{"type": "record", "name": "E", "fields": [{"name": "a", "type": "Nope"}]}',
+                (),
+                None,
+                None,
             )
         )
     with pytest.raises(UnusableSchema, match="schema 4 is not usable Avro"):
-        codec_for(RegisteredSchema(4, "AVRO", "{not json"))
+        codec_for(RegisteredSchema(4, "AVRO", "{not json", (), None, None))
     with pytest.raises(UnusableSchema, match="unknown type 'XML'"):
-        codec_for(RegisteredSchema(5, "XML", "<a/>"))  # type: ignore[arg-type,unused-ignore]
+        codec_for(RegisteredSchema(5, "XML", "<a/>", (), None, None))
 
 
 def test_a_recursive_type_and_a_union_of_converted_branches_convert_at_every_depth():

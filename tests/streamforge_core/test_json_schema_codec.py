@@ -29,7 +29,7 @@ EVENT = {
 
 def event_codec():
     reference = Reference("https://example.com/actor.json", "actor-value", 1, json.dumps(ACTOR))
-    return codec_for(RegisteredSchema(9, "JSON", json.dumps(EVENT), (reference,)))
+    return codec_for(RegisteredSchema(9, "JSON", json.dumps(EVENT), (reference,), "event-value", 1))
 
 
 def test_a_valid_value_is_written_as_compact_utf8_json_and_reads_back():
@@ -63,11 +63,11 @@ def test_the_draft_comes_from_dollar_schema_and_is_draft_7_without_it():
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "prefixItems": [{"type": "string"}],
     }
-    codec_2020 = codec_for(RegisteredSchema(10, "JSON", json.dumps(tuple_2020)))
+    codec_2020 = codec_for(RegisteredSchema(10, "JSON", json.dumps(tuple_2020), (), None, None))
     with pytest.raises(SchemaValidation, match=r"^\$\[0\]: 1 is not of type 'string'"):
         codec_2020.encode([1])
     draft7 = {"prefixItems": [{"type": "string"}]}  # not a draft-7 keyword: ignored
-    assert codec_for(RegisteredSchema(11, "JSON", json.dumps(draft7))).encode([1]) == b"[1]"
+    assert codec_for(RegisteredSchema(11, "JSON", json.dumps(draft7), (), None, None)).encode([1]) == b"[1]"
 
 
 @pytest.mark.parametrize(
@@ -87,4 +87,4 @@ def test_a_body_that_is_not_json_is_a_decode_error_naming_the_byte_of_the_framed
 
 def test_a_schema_that_is_not_a_json_schema_is_unusable():
     with pytest.raises(UnusableSchema, match="schema 12 is not a valid JSON Schema"):
-        codec_for(RegisteredSchema(12, "JSON", '{"type": 5}'))
+        codec_for(RegisteredSchema(12, "JSON", '{"type": 5}', (), None, None))
