@@ -87,6 +87,13 @@ class AvroCodec:
         except Exception as exc:  # fastavro raises several types (SchemaParseException, UnknownType...)
             raise UnusableSchema(f"schema {self.schema_id} is not usable Avro: {exc}") from None
         self._named = named
+        if _zero_width_array(self._schema, named, set()):
+            # fastavro reads an array block's count, then that many items: items of zero bytes let a 6-byte
+            # body claim two billion of them, which takes minutes of a worker's time to refuse
+            raise UnusableSchema(
+                f"schema {self.schema_id} has an array whose items take no bytes (null, an empty record or "
+                "fixed): a few bytes of a record could stand for billions of items, so it is refused"
+            )
         self._to_json = _decoder(self._schema, named, frozenset())
 
     def decode(self, body: bytes) -> JSON:
@@ -131,6 +138,50 @@ class AvroCodec:
         except Exception as exc:  # a value the checks above let through: still the value's fault
             raise SchemaValidation("$", f"does not fit schema {self.schema_id}: {exc}") from None
         return stream.getvalue()
+
+
+def _zero_width(schema: Any, named: dict[str, Any], seen: set[str]) -> bool:
+    """Whether a value of ``schema`` can be written in zero bytes (null, fixed of size 0, a record of only
+    such fields; a union, enum, string, array or map always writes at least one byte)."""
+    if isinstance(schema, str):
+        if schema in _PRIMITIVES:
+            return schema == "null"
+        if schema in seen:
+            return False
+        return _zero_width(named[schema], named, seen | {schema})
+    if isinstance(schema, list):
+        return False
+    kind = schema["type"]
+    if kind in ("record", "error"):
+        inner = seen | {schema["name"]}
+        return all(_zero_width(field["type"], named, inner) for field in schema["fields"])
+    if kind == "fixed":
+        return int(schema["size"]) == 0
+    if kind in ("enum", "array", "map"):
+        return False
+    return _zero_width(kind, named, seen)
+
+
+def _zero_width_array(schema: Any, named: dict[str, Any], seen: set[str]) -> bool:
+    """Whether ``schema`` holds, at any depth, an array whose items can take zero bytes."""
+    if isinstance(schema, str):
+        if schema in _PRIMITIVES or schema in seen:
+            return False
+        seen.add(schema)
+        return _zero_width_array(named[schema], named, seen)
+    if isinstance(schema, list):
+        return any(_zero_width_array(branch, named, seen) for branch in schema)
+    kind = schema["type"]
+    if kind in ("record", "error"):
+        seen.add(schema["name"])
+        return any(_zero_width_array(field["type"], named, seen) for field in schema["fields"])
+    if kind == "array":
+        return _zero_width(schema["items"], named, set()) or _zero_width_array(schema["items"], named, seen)
+    if kind == "map":
+        return _zero_width_array(schema["values"], named, seen)
+    if isinstance(kind, str) and kind in _PRIMITIVES | {"enum", "fixed"}:
+        return False
+    return _zero_width_array(kind, named, seen)
 
 
 # --- decoding: fastavro's values -> the JSON mapping -------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 
 import fastavro
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 from streamforge_core.registered_schema import Reference, RegisteredSchema
@@ -349,7 +349,12 @@ def _values(schema: Any) -> st.SearchStrategy[Any]:
 @given(schema_and_value())
 def test_any_value_of_any_schema_decodes_back_to_itself_and_reads_with_fastavro(case):
     schema, value = case
-    codec = codec_for(avro(schema))
+    try:
+        codec = codec_for(avro(schema))
+    except UnusableSchema as exc:  # an array of zero-byte items (refused, see the test on unusable schemas)
+        if "an array whose items take no bytes" not in exc.reason:
+            raise
+        reject()
     body = codec.encode(value)
     assert codec.decode(body) == value
     fastavro.schemaless_reader(io.BytesIO(body), fastavro.parse_schema(schema), None)  # plain Avro to others
@@ -399,6 +404,12 @@ def test_a_schema_that_is_not_avro_or_misses_a_reference_is_unusable():
                 None,
             )
         )
+    empty = {"type": "record", "name": "Empty", "fields": [{"name": "nothing", "type": "null"}]}
+    for items in ("null", empty, {"type": "fixed", "name": "None0", "size": 0}):
+        with pytest.raises(UnusableSchema, match="an array whose items take no bytes"):
+            codec_for(avro({"type": "map", "values": {"type": "array", "items": items}}))
+    # the reason: with such a schema fastavro spends minutes on a 6-byte body claiming 2**31 - 1 items
+    assert codec_for(avro({"type": "array", "items": ["null", "long"]})).decode(b"\x02\x00\x00") == [None]
     with pytest.raises(UnusableSchema, match="schema 4 is not usable Avro"):
         codec_for(RegisteredSchema(4, "AVRO", "{not json", (), None, None))
     with pytest.raises(UnusableSchema, match="unknown type 'XML'"):
