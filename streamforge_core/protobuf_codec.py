@@ -808,35 +808,42 @@ class ProtobufCodec:
         return bytes(msg.SerializeToString(deterministic=True))
 
 
-_schemas: OrderedDict[int, descriptor_pool.DescriptorPool | SchemaCompileError] = OrderedDict()
-_codecs: OrderedDict[tuple[int, tuple[int, ...]], ProtobufCodec] = OrderedDict()
+_schemas: OrderedDict[tuple[str, int], descriptor_pool.DescriptorPool | SchemaCompileError] = OrderedDict()
+_codecs: OrderedDict[tuple[str, int, tuple[int, ...]], ProtobufCodec] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
 def protobuf_codec(
-    schema_id: int, schema_str: str, references: Mapping[str, str], message_indexes: tuple[int, ...]
+    schema_id: int,
+    schema_str: str,
+    references: Mapping[str, str],
+    message_indexes: tuple[int, ...],
+    *,
+    registry: str = "",
 ) -> ProtobufCodec:
     """The codec of registry schema ``schema_id`` (its ``.proto`` text and references, see
     ``compile_schema``) for the message type ``message_indexes`` select (``message_descriptor``), cached by
-    ``(schema_id, message_indexes)`` (``()`` and ``(0,)`` share one) and the compiled schema by id: a
-    registry never changes what an id names. A schema that did not compile is remembered too.
+    ``(registry, schema_id, message_indexes)`` (``()`` and ``(0,)`` share one) and the compiled schema by
+    ``(registry, schema_id)``: a registry never changes what an id names. ``registry`` tells registries
+    apart in a process that reads several (its URL, say): ids are numbered per registry. A schema that did
+    not compile is remembered too.
 
     Raises ``SchemaCompileError`` (a ``DecodeError``) ``"schema 7 does not compile: <protoc's messages>"``
     and ``DecodeError`` for indexes not in the schema."""
-    key = (schema_id, tuple(message_indexes) or (0,))
+    key = (registry, schema_id, tuple(message_indexes) or (0,))
     with _cache_lock:
         codec = _codecs.get(key)
         if codec is not None:
             _codecs.move_to_end(key)
             return codec
-        pool = _schemas.get(schema_id)
+        pool = _schemas.get((registry, schema_id))
     if pool is None:
         try:
             pool = compile_schema(schema_str, references)
         except SchemaCompileError as exc:
             pool = SchemaCompileError(f"schema {schema_id} does not compile: {exc}")
         with _cache_lock:
-            _schemas[schema_id] = pool
+            _schemas[registry, schema_id] = pool
             while len(_schemas) > CACHE_SIZE:
                 _schemas.popitem(last=False)
     if isinstance(pool, SchemaCompileError):

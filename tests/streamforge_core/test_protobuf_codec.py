@@ -231,6 +231,8 @@ def test_message_indexes_select_top_level_and_nested_types():
     assert reason.message_name == "shop.Refund.Reason"
     assert protobuf_codec(7, "ignored: cached by id", {}, (1, 0)) is reason
     assert protobuf_codec(7, ORDER_PROTO, REFS, ()) is protobuf_codec(7, ORDER_PROTO, REFS, (0,))
+    # Another registry's schema 7 is another schema.
+    assert protobuf_codec(7, ACTOR_PROTO, {}, (), registry="http://b").message_name == "common.Actor"
 
 
 @pytest.mark.parametrize(
