@@ -58,8 +58,9 @@ Reading the varints is the wire-format module's job; this module takes the decod
 **Errors.** A body that is not a valid message of the type raises ``DecodeError`` with protobuf's reason and
 context (type, schema id, size, the byte where the top-level structure breaks when it does); no other
 exception escapes ``decode``. A JSON value that does not conform raises ``SchemaValidation`` naming the field
-(``$.actor.id: expected int64, got "abc"``). The avro engineer's ``streamforge_core.wire_format`` owns the
-shared ``DecodeError`` / ``SchemaValidation``; until it lands these are defined here with the same names.
+(``$.actor.id: expected int64, got "abc"``). The avro part of issue #31 (``streamforge_core.schema_codecs``)
+owns the shared ``DecodeError`` / ``SchemaValidation`` and the codec dispatch; until the branches merge these
+are defined here with the same names and shape.
 """
 
 from __future__ import annotations
@@ -86,8 +87,15 @@ from grpc_tools import protoc
 
 
 class DecodeError(ValueError):
-    """A record's bytes are not what its schema says (the pipeline's ``MessageDeserialization``); the text
-    is the reason shown in the DLQ."""
+    """A record's bytes are not what its schema says (the pipeline's ``MessageDeserialization``); ``reason``
+    (the text) is shown in the DLQ, ``position`` is the byte to blame counted from the start of the body
+    (after the message indexes), None when no single byte is. The same shape as the avro part's
+    ``schema_codecs.DecodeError``, whose positions count from the framed value's start."""
+
+    def __init__(self, reason: str, position: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.position = position
 
 
 class SchemaCompileError(DecodeError):
@@ -696,10 +704,10 @@ def _enum(enum: EnumDescriptor, value: Any, path: str) -> int:
 # --- the codec -------------------------------------------------------------------------------------------------
 
 
-def _structure_break(body: bytes) -> str | None:
+def _structure_break(body: bytes) -> tuple[str, int] | None:
     """Where the top-level wire structure of ``body`` breaks (protobuf encoding guide: tags, varints,
-    length-delimited fields), e.g. ``"a length-delimited field runs past the end at byte 12"``; None when the
-    top level reads to the end (the fault is then inside a field)."""
+    length-delimited fields): ``("a length-delimited field runs past the end at byte 12", 12)``; None when
+    the top level reads to the end (the fault is then inside a field)."""
     pos, end = 0, len(body)
 
     def varint(at: int) -> tuple[int, int] | None:
@@ -717,29 +725,29 @@ def _structure_break(body: bytes) -> str | None:
         start = pos
         tag = varint(pos)
         if tag is None:
-            return f"a field tag is cut off at byte {start}"
+            return f"a field tag is cut off at byte {start}", start
         key, pos = tag
         wire_type = key & 7
         if key >> 3 == 0:
-            return f"field number 0 at byte {start}"
+            return f"field number 0 at byte {start}", start
         if wire_type == 0:
             read = varint(pos)
             if read is None:
-                return f"a varint is cut off at byte {pos}"
+                return f"a varint is cut off at byte {pos}", pos
             pos = read[1]
         elif wire_type in (1, 5):
             pos += 8 if wire_type == 1 else 4
             if pos > end:
-                return f"a fixed-size field runs past the end at byte {start}"
+                return f"a fixed-size field runs past the end at byte {start}", start
         elif wire_type == 2:
             read = varint(pos)
             if read is None or read[1] + read[0] > end:
-                return f"a length-delimited field runs past the end at byte {start}"
+                return f"a length-delimited field runs past the end at byte {start}", start
             pos = read[1] + read[0]
         elif wire_type in (3, 4):
             return None  # groups (proto2's deprecated form): not scanned
         else:
-            return f"wire type {wire_type} (not one protobuf defines) at byte {start}"
+            return f"wire type {wire_type} (not one protobuf defines) at byte {start}", start
     return None
 
 
@@ -786,7 +794,9 @@ class ProtobufCodec:
         except Exception as exc:
             reason = str(exc) or type(exc).__name__
             at = _structure_break(bytes(body))
-            raise DecodeError(f"{self._what(body)}: {reason}" + (f" ({at})" if at else "")) from None
+            if at is None:
+                raise DecodeError(f"{self._what(body)}: {reason}") from None
+            raise DecodeError(f"{self._what(body)}: {reason} ({at[0]})", at[1]) from None
 
     def _what(self, body: bytes) -> str:
         return f"not a valid {self.message_name} (schema {self.schema_id}, {len(body)} bytes)"

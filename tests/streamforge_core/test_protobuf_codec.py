@@ -309,8 +309,9 @@ def test_garbage_and_truncated_bodies_raise_decode_error_only():
     assert all(reason.startswith("not a valid shop.Order (schema ") for reason in reasons)
     with pytest.raises(
         DecodeError, match=r"\(schema \d+, 3 bytes\): .*length-delimited field runs past the end at byte 0"
-    ):
+    ) as cut_off:
         subject.decode(b"\x22\x05\x08")  # actor: 5 bytes announced, 1 there
+    assert cut_off.value.position == 0
     with pytest.raises(DecodeError, match=r"\(schema \d+, 3 bytes\): "):
         subject.decode(b"\x42\x01\xff")  # card: a string that is not UTF-8
     rng = random.Random(31)
