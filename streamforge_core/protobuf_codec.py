@@ -58,9 +58,10 @@ Reading the varints is the wire-format module's job; this module takes the decod
 **Errors.** A body that is not a valid message of the type raises ``DecodeError`` with protobuf's reason and
 context (type, schema id, size, the byte where the top-level structure breaks when it does); no other
 exception escapes ``decode``. A JSON value that does not conform raises ``SchemaValidation`` naming the field
-(``$.actor.id: expected int64, got "abc"``). The avro part of issue #31 (``streamforge_core.schema_codecs``)
-owns the shared ``DecodeError`` / ``SchemaValidation`` and the codec dispatch; until the branches merge these
-are defined here with the same names and shape.
+(``$.actor.id: expected int64, got "abc"``); the errors are ``streamforge_core.codec_errors``'s, shared by
+every format. A ``DecodeError``'s position here counts from the start of the body (after the message
+indexes, whose length varies), not from the framed value's start as Avro's does. A schema that does not
+compile raises ``SchemaCompileError``, an ``UnusableSchema``.
 """
 
 from __future__ import annotations
@@ -85,33 +86,12 @@ from google.protobuf import message as pb_message
 from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
 from grpc_tools import protoc
 
-
-class DecodeError(ValueError):
-    """A record's bytes are not what its schema says (the pipeline's ``MessageDeserialization``); ``reason``
-    (the text) is shown in the DLQ, ``position`` is the byte to blame counted from the start of the body
-    (after the message indexes), None when no single byte is. The same shape as the avro part's
-    ``schema_codecs.DecodeError``, whose positions count from the framed value's start."""
-
-    def __init__(self, reason: str, position: int | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.position = position
+from streamforge_core.codec_errors import DecodeError, SchemaValidation, UnusableSchema
 
 
-class SchemaCompileError(DecodeError):
+class SchemaCompileError(UnusableSchema):
     """A schema's ``.proto`` text (or one of its references) does not compile; the text is protoc's messages,
     ``file:line:column: message`` (1-based), one a line."""
-
-
-class SchemaValidation(ValueError):
-    """A JSON value does not conform to the schema it is encoded with. ``field_path`` is a JSONPath-like
-    name of the offending field (``$`` the whole value, ``$.actor.id``, ``$.commits[2].sha``); ``reason``
-    says what was expected and what was found. ``str()`` is ``"<field_path>: <reason>"``."""
-
-    def __init__(self, field_path: str, reason: str) -> None:
-        super().__init__(f"{field_path}: {reason}")
-        self.field_path = field_path
-        self.reason = reason
 
 
 #: The name the schema's own text is compiled under (protoc needs a file name; references keep theirs).

@@ -64,16 +64,8 @@ def _codec_for(registered: RegisteredSchema, message_indexes: tuple[int, ...]) -
     if registered.schema_type == "JSON":
         return JsonSchemaCodec(registered)
     if registered.schema_type == "PROTOBUF":
-        # --- dispatch point for the Protobuf codec (issue #31, part "proto", its own branch) ------------------
-        # ``streamforge_core.protobuf_codec.protobuf_codec(schema_id, schema_str, {import name: text},
-        # message_indexes)`` compiles the .proto text once and returns a codec with these two methods; until
-        # that module is merged a Protobuf schema is reported as unusable.
-        try:
-            from streamforge_core import protobuf_codec  # type: ignore[attr-defined,unused-ignore]
-        except ImportError:
-            raise UnusableSchema(
-                f"schema {registered.schema_id} is Protobuf, which this build does not decode yet"
-            ) from None
+        from streamforge_core import protobuf_codec
+
         references = {reference.name: reference.schema_str for reference in registered.references}
         codec: SchemaCodec = protobuf_codec.protobuf_codec(
             registered.schema_id, registered.schema_str, references, message_indexes

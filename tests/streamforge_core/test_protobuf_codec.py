@@ -14,10 +14,9 @@ from google.protobuf import message_factory
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamforge_core.codec_errors import DecodeError, SchemaValidation, UnusableSchema
 from streamforge_core.protobuf_codec import (
-    DecodeError,
     SchemaCompileError,
-    SchemaValidation,
     compile_schema,
     message_descriptor,
     protobuf_codec,
@@ -283,7 +282,7 @@ def test_a_schema_that_does_not_compile_gives_protocs_message():
     with pytest.raises(SchemaCompileError) as refused:
         protobuf_codec(8, 'syntax = "proto3";\nmessage B { int64 x = 1; Unknown y = 2; }\n', {}, ())
     assert str(refused.value) == 'schema 8 does not compile: schema.proto:2:26: "Unknown" is not defined.'
-    assert isinstance(refused.value, DecodeError)  # the caller's MessageDeserialization
+    assert isinstance(refused.value, UnusableSchema)  # the schema's fault, not the record's
     # Remembered, not compiled again.
     with pytest.raises(SchemaCompileError, match="schema 8 does not compile"):
         protobuf_codec(8, ACTOR_PROTO, {}, ())
