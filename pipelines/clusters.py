@@ -49,6 +49,7 @@ from django.utils import timezone
 
 from access import audit
 from access.permissions import is_admin
+from pipelines import registries
 from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster, Pipeline
 from pipelines.spec import parse_spec
 from streamforge_core.kafka import (
@@ -71,6 +72,9 @@ FIELDS = (
 #: The fields that say where and how to connect: an admin's passing test approves these values (with the
 #: name), and a change to any of them withdraws the approval (``settings_fingerprint``).
 CONNECTION_FIELDS = FIELDS[1:]
+#: Every field an admin sets: the Kafka ones, then the schema registry's (``pipelines.registries``). A
+#: registry change does not withdraw the Kafka approval (it is not among ``CONNECTION_FIELDS``).
+ALL_FIELDS = FIELDS + registries.REGISTRY_FIELDS
 #: The file fields of a cluster, each a path that must lie in the cluster's own credential folder.
 FILE_FIELDS = ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location")
 
@@ -224,6 +228,8 @@ def validate(values: Mapping[str, Any], *, cluster: str | None = None) -> dict[s
             add(name, problem)
     if bool(values.get("ssl_certificate_location")) != bool(values.get("ssl_key_location")):
         add("ssl_key_location", "a client certificate needs both the certificate and its key")
+    for name, problems in registries.validate_registry(values, owner).items():
+        errors.setdefault(name, []).extend(problems)
     return errors
 
 
@@ -337,6 +343,12 @@ class ClusterSettings(TypedDict):
     ssl_certificate_location: str
     ssl_key_location: str
     verify_hostname: bool
+    registry_url: str
+    registry_username: str
+    registry_password_ref: str
+    registry_ca_location: str
+    registry_certificate_location: str
+    registry_key_location: str
     pipelines: int
     verified: bool
     verified_at: str
@@ -367,6 +379,12 @@ def describe(cluster: KafkaCluster | None) -> ClusterSettings:
             ssl_certificate_location=cluster.ssl_certificate_location,
             ssl_key_location=cluster.ssl_key_location,
             verify_hostname=cluster.verify_hostname,
+            registry_url=cluster.registry_url,
+            registry_username=cluster.registry_username,
+            registry_password_ref=cluster.registry_password_ref,
+            registry_ca_location=cluster.registry_ca_location,
+            registry_certificate_location=cluster.registry_certificate_location,
+            registry_key_location=cluster.registry_key_location,
             pipelines=used,
             verified=(verified := is_verified(cluster)),
             verified_at=cluster.verified_at.isoformat() if verified and cluster.verified_at else "",
@@ -386,6 +404,12 @@ def describe(cluster: KafkaCluster | None) -> ClusterSettings:
         ssl_certificate_location=env.get("KAFKA_SSL_CERTIFICATE_LOCATION", ""),
         ssl_key_location=env.get("KAFKA_SSL_KEY_LOCATION", ""),
         verify_hostname=env.get("KAFKA_SSL_VERIFY_HOSTNAME", "true").lower() not in {"false", "0", "no"},
+        registry_url=(registry := registries.environment_settings())["registry_url"],
+        registry_username=registry["registry_username"],
+        registry_password_ref=registry["registry_password_ref"],
+        registry_ca_location=registry["registry_ca_location"],
+        registry_certificate_location=registry["registry_certificate_location"],
+        registry_key_location=registry["registry_key_location"],
         pipelines=used,
         verified=True,
         verified_at="",
@@ -400,13 +424,13 @@ def _require_admin(actor: User | AnonymousUser) -> None:
 
 def _audited_settings(cluster: KafkaCluster) -> dict[str, Any]:
     # The reference says where the password is, not what it is: it may be audited and shown.
-    return {name: getattr(cluster, name) for name in FIELDS}
+    return {name: getattr(cluster, name) for name in ALL_FIELDS}
 
 
 def save_cluster(
     *, actor: User | AnonymousUser, values: Mapping[str, Any], cluster: KafkaCluster | None = None
 ) -> KafkaCluster:
-    """Create a cluster (``cluster`` None; ``values`` has ``name``) or change one; only the keys of ``FIELDS``
+    """Create a cluster (``cluster`` None; ``values`` has ``name``) or change one; only the keys of ``ALL_FIELDS``
     (and ``name`` on create) are read, missing ones keep their value (defaults on create). Needs the admin
     role. A new cluster is unverified, and a change to any of ``CONNECTION_FIELDS`` withdraws an admin's
     approval (``is_verified``): nothing connects to it until a test passes again. Audited
@@ -416,9 +440,9 @@ def save_cluster(
     _require_admin(actor)
     target = cluster or KafkaCluster(name=str(values.get("name", "")))
     before = None if cluster is None else _audited_settings(cluster)
-    merged: dict[str, Any] = {name: values.get(name, getattr(target, name)) for name in FIELDS}
+    merged: dict[str, Any] = {name: values.get(name, getattr(target, name)) for name in ALL_FIELDS}
     merged["verify_hostname"] = bool(merged["verify_hostname"])
-    for name in FIELDS:
+    for name in ALL_FIELDS:
         if isinstance(merged[name], str):
             merged[name] = merged[name].strip()
     errors = validate({**merged, **({"name": target.name} if cluster is None else {})}, cluster=target.name)
@@ -444,7 +468,7 @@ def save_cluster(
             before=before,
             after=_audited_settings(target),
             details={
-                "changed": sorted(k for k in FIELDS if before is None or before[k] != merged[k]),
+                "changed": sorted(k for k in ALL_FIELDS if before is None or before[k] != merged[k]),
                 **({"verification_withdrawn": True} if was_verified and connection_changed else {}),
             },
         )
@@ -607,11 +631,13 @@ def try_settings(
     connection as ``KafkaConnection.describe`` words it, never a secret)."""
     _require_admin(actor)
     target = KafkaCluster(name=str(values.get("name", "")) if cluster is None else cluster.name)
-    for name in FIELDS:
+    for name in ALL_FIELDS:
         value = values.get(name, getattr(cluster if cluster is not None else target, name))
         setattr(target, name, value.strip() if isinstance(value, str) else value)
     target.verify_hostname = bool(target.verify_hostname)
-    errors = validate({f: getattr(target, f) for f in FIELDS} | {"name": target.name}, cluster=target.name)
+    errors = validate(
+        {f: getattr(target, f) for f in ALL_FIELDS} | {"name": target.name}, cluster=target.name
+    )
     if errors:
         raise ClusterError(errors)
     try:
