@@ -1,11 +1,13 @@
 """Fetch the JVM parts from Maven Central with the machine's ``mvn`` into the download cache.
 
-Three sets are fetched, each from a small pom in ``devstack/maven/``:
+Four sets are fetched, each from a small pom in ``devstack/maven/``:
 
 * ``kafka-<version>/``: the Apache Kafka broker (KRaft), its tools and a Log4j 2 binding;
 * ``spark-kafka-<spark version>/``: Spark's ``spark-sql-kafka-0-10_2.13`` connector for the *installed*
   pyspark, with the jars pyspark does not ship (kafka-clients, commons-pool2, the token provider);
-* ``re2j-<version>/``: RE2/J, the linear-time regex engine of the Spark plan.
+* ``re2j-<version>/``: RE2/J, the linear-time regex engine of the Spark plan;
+* ``apicurio-registry-<version>/app/``: Apicurio Registry's Quarkus application (the schema registry of
+  every profile), from its ``tar.gz`` archive, unpacked (``apicurio_registry``).
 
 One jar is built: ``streamforge-regex-<digest>/streamforge-regex.jar``, our Spark UDFs over RE2/J
 (``pipelines/spark/jvm``), compiled with the JDK's ``javac`` against the installed pyspark's jars and RE2/J;

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -978,8 +979,17 @@ def _registry(profile: Profile) -> Service:
 
     def command() -> list[str]:
         app = jars.apicurio_registry()
+        java = jars.java21()
+        # A class-data-sharing archive, written when the first run exits and mapped by every later start
+        # (JDK 19+): the registry's ~15k classes are not parsed again. One per Java binary (HotSpot refuses
+        # an archive of another JVM or class path, and then starts without it: slower, not broken).
+        key = hashlib.sha256(f"{java}\0{app}".encode()).hexdigest()[:12]
+        archive = app.parent / f"registry-{key}.jsa"
         return [
-            jars.java21(),
+            java,
+            f"-XX:SharedArchiveFile={archive}",
+            "-XX:+AutoCreateSharedArchive",
+            "-Xshare:auto",
             f"-Xmx{REGISTRY_HEAP}",
             "-Xss512k",
             "-XX:+UseSerialGC",

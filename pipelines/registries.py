@@ -1,7 +1,8 @@
 """Schema registries: one per Kafka cluster. The default cluster's comes from the ``SCHEMA_REGISTRY_*``
-environment; a named cluster's from its row's ``registry_*`` fields. This module validates those settings,
-turns a cluster (or the default) into a secret-resolved ``streamforge_core.schema_registry.RegistryConnection``,
-tries typed settings for the cluster form's "Test connection", and lists a registry's subjects.
+environment; a named cluster's from its row's ``registry_*`` fields (validated with the cluster's other
+settings by ``pipelines.clusters.validate_registry``). This module turns a cluster (or the default) into a
+secret-resolved ``streamforge_core.schema_registry.RegistryConnection``, tries typed settings for the cluster
+form's "Test connection", and lists a registry's subjects.
 
 Secrets follow ``pipelines.clusters``' rules (references bound to their cluster, never values):
 
@@ -31,12 +32,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.contrib.auth.models import AnonymousUser, User
 
 from access import audit
 from access.permissions import is_admin, visible_teams
+from pipelines.clusters import (
+    REGISTRY_FIELDS,
+    ClusterError,
+    ClusterNotVerified,
+    CredentialUnavailable,
+    cluster_name,
+    is_verified,
+    registry_reference_problem,
+    url_problem,
+    validate_registry,
+)
 from pipelines.models import KafkaCluster, Pipeline
 from streamforge_core.schema_registry import (
     NotARegistry,
@@ -48,14 +59,6 @@ from streamforge_core.schema_registry import (
     SubjectSummary,
 )
 
-#: A row's registry fields, in the order forms and the API show them.
-REGISTRY_FIELDS = (
-    "registry_url", "registry_username", "registry_password_ref",
-    "registry_ca_location", "registry_certificate_location", "registry_key_location",
-)  # fmt: skip
-#: The registry's file fields (PEM paths in the cluster's own credential folder).
-REGISTRY_FILE_FIELDS = ("registry_ca_location", "registry_certificate_location", "registry_key_location")
-
 #: How long a "Test connection" of the registry may take, in seconds (one request, no retry).
 TRY_TIMEOUT_SECONDS = 3.0
 
@@ -64,95 +67,10 @@ class RegistryNotConfigured(ValueError):
     """The cluster has no schema registry (no URL)."""
 
 
-def registry_password_variable(name: str) -> str:
-    """The one environment variable cluster ``name``'s registry password may come from:
-    ``STREAMFORGE_CLUSTER_<NAME>_REGISTRY_PASSWORD`` (``<NAME>`` as in ``clusters.password_variable``)."""
-    return f"STREAMFORGE_CLUSTER_{name.upper().replace('-', '_')}_REGISTRY_PASSWORD"
-
-
-def url_problem(url: str) -> str | None:
-    """Why ``url`` is not a usable registry base URL (None when it is): ``http`` or ``https``, a host, no
-    user or password in it (credentials go in the username and the password reference), no query or
-    fragment."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        return f"is not a URL ({exc})"
-    if parts.scheme not in ("http", "https"):
-        return "must start with http:// or https://"
-    if not parts.hostname:
-        return "names no host"
-    if parts.username is not None or parts.password is not None:
-        return "must not carry credentials: use the username and the password reference"
-    if parts.query or parts.fragment:
-        return "must not have a query or a fragment"
-    if port == 0:
-        return "port 0 is not a port"
-    return None
-
-
-def reference_problem(ref: str, owner: str) -> str | None:
-    """Why ``ref`` is not a usable registry password reference of cluster ``owner`` (None when it is):
-    ``env:`` + ``registry_password_variable(owner)``, or ``file:`` + a path in the cluster's folder."""
-    from pipelines.clusters import _file_problem  # clusters imports this module
-
-    variable = registry_password_variable(owner)
-    if ref.startswith("env:"):
-        if ref.removeprefix("env:") != variable:
-            return f"an env: reference names cluster {owner}'s own variable, env:{variable}"
-        return None
-    if ref.startswith("file:"):
-        return _file_problem(ref.removeprefix("file:"), owner)
-    return (
-        f"must be env:{variable} or file:<path in {owner}'s credential folder>, a reference to the "
-        "password, never the password"
-    )
-
-
-def validate_registry(values: Mapping[str, Any], owner: str) -> dict[str, list[str]]:
-    """Field problems of cluster ``owner``'s registry settings (``REGISTRY_FIELDS``; missing keys are empty):
-    what a 400 names. Every other registry field needs a URL; the password reference follows the cluster
-    password's binding (its own ``registry_password_variable`` or a file in the cluster's folder) and needs
-    a username; the files need https and lie in the cluster's folder; a certificate needs its key."""
-    from pipelines.clusters import _file_problem  # clusters imports this module
-
-    errors: dict[str, list[str]] = {}
-
-    def add(name: str, message: str) -> None:
-        errors.setdefault(name, []).append(message)
-
-    url, username, ref = (str(values.get(k) or "").strip() for k in REGISTRY_FIELDS[:3])
-    if not url:
-        for name in REGISTRY_FIELDS[1:]:
-            if values.get(name):
-                add(name, "only with a registry URL")
-        return errors
-    if (problem := url_problem(url)) is not None:
-        add("registry_url", problem)
-    https = url.lower().startswith("https://")
-    if ref:
-        if (problem := reference_problem(ref, owner)) is not None:
-            add("registry_password_ref", problem)
-        if not username:
-            add("registry_username", "needed with a password reference")
-    for name in REGISTRY_FILE_FIELDS:
-        path = str(values.get(name) or "").strip()
-        if path and not https:
-            add(name, "only with an https:// registry URL")
-        elif path and (problem := _file_problem(path, owner)) is not None:
-            add(name, problem)
-    if bool(values.get("registry_certificate_location")) != bool(values.get("registry_key_location")):
-        add("registry_key_location", "a client certificate needs both the certificate and its key")
-    return errors
-
-
 def _read_reference(ref: str, cluster: str) -> str:
     """The password behind a registry reference of ``cluster``, read now. Raises
     ``clusters.CredentialUnavailable`` naming the reference, never the value."""
-    from pipelines.clusters import CredentialUnavailable
-
-    if (problem := reference_problem(ref, cluster)) is not None:
+    if (problem := registry_reference_problem(ref, cluster)) is not None:
         raise CredentialUnavailable(f"registry password reference {ref!r}: {problem}")
     if ref.startswith("env:"):
         value = os.environ.get(ref.removeprefix("env:"))
@@ -185,8 +103,6 @@ def default_registry(timeout: float = 5.0) -> RegistryConnection | None:
     """The default cluster's registry from the ``SCHEMA_REGISTRY_*`` environment, its password read now;
     None when ``SCHEMA_REGISTRY_URL`` is unset. Raises ``clusters.CredentialUnavailable`` for a password file
     that cannot be read, ValueError for a URL ``url_problem`` refuses (naming the variable)."""
-    from pipelines.clusters import CredentialUnavailable
-
     env = os.environ
     url = env.get("SCHEMA_REGISTRY_URL", "").strip()
     if not url:
@@ -213,31 +129,11 @@ def default_registry(timeout: float = 5.0) -> RegistryConnection | None:
     )
 
 
-def environment_settings() -> dict[str, str]:
-    """The default registry's settings to show, as ``REGISTRY_FIELDS`` (the password as where it is)."""
-    env = os.environ
-    ref = (
-        f"file:{env['SCHEMA_REGISTRY_PASSWORD_FILE']}"
-        if env.get("SCHEMA_REGISTRY_PASSWORD_FILE")
-        else ("env:SCHEMA_REGISTRY_PASSWORD" if env.get("SCHEMA_REGISTRY_PASSWORD") else "")
-    )
-    return {
-        "registry_url": env.get("SCHEMA_REGISTRY_URL", ""),
-        "registry_username": env.get("SCHEMA_REGISTRY_USERNAME", ""),
-        "registry_password_ref": ref,
-        "registry_ca_location": env.get("SCHEMA_REGISTRY_SSL_CA_LOCATION", ""),
-        "registry_certificate_location": env.get("SCHEMA_REGISTRY_SSL_CERTIFICATE_LOCATION", ""),
-        "registry_key_location": env.get("SCHEMA_REGISTRY_SSL_KEY_LOCATION", ""),
-    }
-
-
 def registry_for(cluster: KafkaCluster | None, timeout: float = 5.0) -> RegistryConnection:
     """The registry of ``cluster`` (None: the default), secret resolved: what pipelines, the console and the
     topic browser build ``SchemaRegistry`` from. A row is read again and must be approved
     (``clusters.connection_for``'s gate). Raises RegistryNotConfigured (no URL), ``clusters.ClusterNotVerified``,
     ``clusters.CredentialUnavailable``; all ValueErrors."""
-    from pipelines.clusters import ClusterError, ClusterNotVerified, cluster_name, is_verified
-
     if cluster is None:
         found = default_registry(timeout)
         if found is None:
@@ -298,8 +194,6 @@ def try_registry(
     ``clusters.validate``), unsaved: None when no URL is given. Needs the admin role (PermissionDenied).
     Audited (``kafka_cluster.try_registry``: ok, the verdict, the URL; never a secret)."""
     from django.core.exceptions import PermissionDenied
-
-    from pipelines.clusters import CredentialUnavailable
 
     if not is_admin(actor):
         raise PermissionDenied("managing Kafka clusters needs the admin role")
