@@ -31,7 +31,8 @@ SECRET = "registry-s3cret-value"
 
 def _api(role: Role, username: str) -> tuple[APIClient, Any]:
     api = APIClient()
-    user = member(TeamFactory(name=f"team-{username}"), role, username=username)
+    team: Any = TeamFactory(name=f"team-{username}")
+    user = member(team, role, username=username)
     api.force_authenticate(user)
     return api, user
 
@@ -125,7 +126,8 @@ def test_the_try_action_reaches_the_registry_or_says_why_within_the_bound(kafka_
 
     # the cluster form's "Test connection" says the same, under the Kafka verdict
     page = Client()
-    page.force_login(member(TeamFactory(name="form-ops"), Role.ADMIN, username="form-ada"))
+    form_team: Any = TeamFactory(name="form-ops")
+    page.force_login(member(form_team, Role.ADMIN, username="form-ada"))
     form = page.post("/clusters/new/", {**body, "action": "test", "verify_hostname": "on"}).content.decode()
     assert "Registry reached: " in form
     assert SECRET not in form
