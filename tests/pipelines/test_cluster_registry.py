@@ -45,7 +45,7 @@ def _registry_url() -> str:
 
 def test_registry_settings_are_validated_audited_and_never_a_secret(kafka_bootstrap, monkeypatch):
     monkeypatch.setenv("STREAMFORGE_CLUSTER_EU_REGISTRY_PASSWORD", SECRET)
-    admin, _ = _api(Role.ADMIN, "ada")
+    admin, admin_user = _api(Role.ADMIN, "ada")
     base = {"name": "eu", "bootstrap_servers": kafka_bootstrap, "security_protocol": "PLAINTEXT"}
     bad_bodies = [
         ({**base, "registry_url": "ftp://registry:8081"}, "registry_url"),
@@ -86,6 +86,11 @@ def test_registry_settings_are_validated_audited_and_never_a_secret(kafka_bootst
     shown = admin.get("/api/clusters/").content.decode()
     assert "registry_url" in shown
     assert SECRET not in shown
+    page = Client()
+    page.force_login(admin_user)
+    listed = page.get("/clusters/").content.decode()
+    assert f"registry {_registry_url()}/ as svc" in listed
+    assert SECRET not in listed
     every_audit = json.dumps([e.details for e in AuditEvent.objects.all()])
     assert SECRET not in every_audit
 
