@@ -155,9 +155,11 @@ def main(argv: list[str] | None = None) -> int:
             print(jars.kafka_jars())
             print(",".join(str(p) for p in jars.spark_jars()))
             print(jars.driver_class_archive() or "devstack: no driver class archive")
+            print(jars.apicurio_registry(), jars.java21())
         elif args.command == "fetch":
             print(jars.kafka_jars())
             print(",".join(str(p) for p in jars.spark_jars()))
+            print(jars.apicurio_registry())
         elif args.command == "env":
             for key, value in django_env(profile).items():
                 print(f"export {key}={shlex.quote(value)}")

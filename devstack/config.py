@@ -74,6 +74,17 @@ class Profile:
         return self.web_port + 26
 
     @property
+    def registry_port(self) -> int:
+        """The schema registry's (Apicurio Registry) HTTP port: ``web_port + 27``; its management interface
+        (health, metrics) is on ``web_port + 28``."""
+        return self.web_port + 27
+
+    @property
+    def schema_registry_url(self) -> str:
+        """The registry's Confluent-compatible API (``SCHEMA_REGISTRY_URL``)."""
+        return f"http://127.0.0.1:{self.registry_port}/apis/ccompat/v7"
+
+    @property
     def state_dir(self) -> Path:
         return REPO_ROOT / ".stack" / self.name
 

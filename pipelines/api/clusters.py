@@ -21,10 +21,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from access.permissions import is_admin
-from pipelines import clusters
+from pipelines import clusters, registries
 from pipelines.api.serializers import ErrorDetailSerializer
 from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster
 from streamforge_core.kafka import SASL_MECHANISMS, SECURITY_PROTOCOLS
+from streamforge_core.schema_registry import RegistryError
 
 
 class ClusterSerializer(serializers.Serializer[clusters.ClusterSettings]):
@@ -44,6 +45,16 @@ class ClusterSerializer(serializers.Serializer[clusters.ClusterSettings]):
     ssl_certificate_location = serializers.CharField()
     ssl_key_location = serializers.CharField()
     verify_hostname = serializers.BooleanField()
+    registry_url = serializers.CharField(
+        help_text="the schema registry's Confluent-compatible API (empty: none)"
+    )
+    registry_username = serializers.CharField(help_text="the registry's basic-auth user")
+    registry_password_ref = serializers.CharField(
+        help_text="where the registry password is: env:STREAMFORGE_CLUSTER_<NAME>_REGISTRY_PASSWORD or file:<path>"
+    )
+    registry_ca_location = serializers.CharField()
+    registry_certificate_location = serializers.CharField()
+    registry_key_location = serializers.CharField()
     pipelines = serializers.IntegerField(help_text="pipelines running on this cluster")
     verified = serializers.BooleanField(
         help_text="an admin's test passed on these settings: the product connects to it only then"
@@ -69,6 +80,33 @@ class ClusterWriteSerializer(serializers.Serializer[dict[str, Any]]):
     ssl_certificate_location = serializers.CharField(max_length=1000, required=False, allow_blank=True)
     ssl_key_location = serializers.CharField(max_length=1000, required=False, allow_blank=True)
     verify_hostname = serializers.BooleanField(required=False)
+    registry_url = serializers.CharField(max_length=1000, required=False, allow_blank=True)
+    registry_username = serializers.CharField(max_length=255, required=False, allow_blank=True)
+    registry_password_ref = serializers.CharField(max_length=1000, required=False, allow_blank=True)
+    registry_ca_location = serializers.CharField(max_length=1000, required=False, allow_blank=True)
+    registry_certificate_location = serializers.CharField(max_length=1000, required=False, allow_blank=True)
+    registry_key_location = serializers.CharField(max_length=1000, required=False, allow_blank=True)
+
+
+class RegistryTrySerializer(serializers.Serializer[Any]):
+    """What trying the registry settings found: ``ok``, the ``verdict`` (``Registry reached: N subjects``,
+    or not reached / authentication failed / TLS failed / not a Confluent-compatible API), the subject count
+    when reached, and the reason (never a secret)."""
+
+    ok = serializers.BooleanField()
+    verdict = serializers.CharField()
+    subjects = serializers.IntegerField(allow_null=True)
+    reason = serializers.CharField()
+
+
+class SubjectSerializer(serializers.Serializer[Any]):
+    """A registry subject with its latest version: ``name``, ``version``, ``schema_id`` and ``schema_type``
+    (AVRO, PROTOBUF or JSON)."""
+
+    name = serializers.CharField()
+    version = serializers.IntegerField()
+    schema_id = serializers.IntegerField()
+    schema_type = serializers.CharField()
 
 
 class ProblemSerializer(serializers.Serializer[Any]):
@@ -111,6 +149,9 @@ class ClusterTrySerializer(serializers.Serializer[Any]):
     cluster_id = serializers.CharField()
     brokers = serializers.IntegerField()
     problems = ProblemSerializer(many=True)
+    registry = RegistryTrySerializer(
+        allow_null=True, help_text="the registry's try; null: no registry URL given"
+    )
 
 
 def _field_errors(exc: clusters.ClusterError) -> Response:
@@ -126,7 +167,8 @@ class ClusterViewSet(viewsets.ViewSet):
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
-        if not is_admin(request.user):
+        # subjects/ is for whoever may browse the cluster's topics; it checks that itself
+        if self.action != "subjects" and not is_admin(request.user):
             raise PermissionDenied("Kafka clusters are managed by admins")
 
     def _row(self, name: str) -> KafkaCluster | None:
@@ -229,15 +271,40 @@ class ClusterViewSet(viewsets.ViewSet):
             report = clusters.try_settings(actor=request.user, values=serializer.validated_data)
         except clusters.ClusterError as exc:
             return _field_errors(exc)
+        registry = registries.try_registry(
+            actor=request.user, values=serializer.validated_data, cluster=serializer.validated_data["name"]
+        )
         shown = {
-            "ok": clusters.connected(report),
+            "ok": clusters.connected(report) and (registry is None or registry.ok),
             "verdict": clusters.try_verdict(report),
             "connection": report.connection,
             "cluster_id": report.cluster_id,
             "brokers": report.brokers,
             "problems": report.problems,
+            "registry": registry,
         }
         return Response(ClusterTrySerializer(shown).data)
+
+    @extend_schema(request=None, responses={200: SubjectSerializer(many=True), 503: ErrorDetailSerializer})
+    @action(detail=True, methods=["get"])
+    def subjects(self, request: Request, name: str) -> Response:
+        """The cluster's schema registry subjects, each with its latest version, schema id and type, by name
+        (``default``: the ``SCHEMA_REGISTRY_URL`` registry). For admins and the members of a team with a
+        pipeline on the cluster (404 for others, as for a cluster they cannot see). 404 when the cluster has
+        no registry, 503 naming why the registry cannot answer."""
+        row = self._row(name)
+        if not registries.may_see_subjects(request.user, row):
+            raise NotFound(f"no Kafka cluster named {name!r}")
+        try:
+            found = registries.subjects(row)
+        except registries.RegistryNotConfigured as exc:
+            raise NotFound(str(exc)) from None
+        except (
+            ValueError,
+            RegistryError,
+        ) as exc:  # not approved, a password that cannot be read, unreachable
+            return Response({"detail": f"the schema registry cannot answer: {exc}"}, status=503)
+        return Response(SubjectSerializer(found, many=True).data)
 
     @extend_schema(request=None, responses={200: ClusterCheckSerializer})
     @action(detail=True, methods=["post"])

@@ -23,6 +23,8 @@ def test_an_offset_moves_every_port_and_the_state_folders(monkeypatch: pytest.Mo
     assert shifted.state_dir != base.state_dir
     assert shifted.postgres_dir != base.postgres_dir
     assert shifted.durable is base.durable is False
+    assert shifted.registry_port == base.registry_port + 300
+    assert shifted.schema_registry_url == f"http://127.0.0.1:{base.registry_port + 300}/apis/ccompat/v7"
 
 
 @pytest.mark.parametrize("raw", ["abc", "-5", "10000"])
