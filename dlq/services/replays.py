@@ -31,16 +31,13 @@ from access.models import Role
 from access.permissions import is_admin, require_role
 from dlq import headers
 from dlq.models import (
-    ApprovalKind,
-    ApprovalRequest,
-    ApprovalState,
     BulkAction,
     DeadLetter,
     Replay,
     ReplayState,
     Status,
 )
-from dlq.services import kafka_io, notify
+from dlq.services import holds, kafka_io, notify
 from dlq.services.errors import Conflict, InvalidRequest, ReplayFailed, WouldFailAgain
 from dlq.services.fixes import DestinationOutcome, check_payload, current_payload
 from dlq.services.kafka_io import OutgoingRecord
@@ -296,22 +293,14 @@ def _refuse_a_failing_payload(failing: list[DestinationOutcome], *, force: bool,
 
 
 def _refuse_under_pending_delete(pk: int) -> None:
-    """Raise Conflict when a delete request about dead letter ``pk`` waits for an approver: the approver
-    decides on the message as it was requested, so it is neither replayed nor skipped meanwhile (the message
-    page disables both with the same reason). Called inside the claim's transaction: the caller's claim is
-    rolled back with it."""
-    pending = (
-        ApprovalRequest.objects.filter(
-            dead_letter_id=pk, kind=ApprovalKind.DELETE, state=ApprovalState.PENDING
-        )
-        .select_related("requested_by")
-        .first()
-    )
-    if pending is not None:
-        raise Conflict(
-            f"dead letter #{pk} has a pending delete request #{pending.pk} by {pending.requested_by.get_username()}:"
-            " an approver decides it first (reject it to replay or skip this message)"
-        )
+    """Raise Conflict when a delete request about dead letter ``pk`` waits for an approver
+    (``holds.held_by_pending_delete``, the rule a bulk action applies too): the approver decides on the
+    message as it was requested, so it is neither replayed nor skipped meanwhile (the message page disables
+    both with the same reason). Called inside the claim's transaction: the caller's claim is rolled back
+    with it."""
+    held = holds.held_by_pending_delete([pk])
+    if pk in held:
+        raise Conflict(held[pk])
 
 
 def not_parked_message(pk: int) -> str:

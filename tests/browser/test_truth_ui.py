@@ -180,3 +180,48 @@ def test_a_bulk_replay_dry_run_says_how_many_would_fail_again_where_and_offers_a
     expect(page.get_by_test_id("bulk-would-fail")).to_be_hidden()
     assert page.url.endswith(f"ids={passes.pk}")
     assert fails.pk != passes.pk
+
+
+def test_a_bulk_skip_counts_and_leaves_out_the_message_a_pending_delete_holds(
+    open_page, asgi_server, people, pipeline, bad_push
+):
+    """Before: the dry run said "3 parked messages match" and the skip closed the message whose delete an
+    approver had yet to decide."""
+    from dlq import services
+    from dlq.models import ApprovalRequest, BulkAction, Status
+    from tests.browser.conftest import in_thread
+
+    rows = [
+        (f"h-{i}".encode(), bad_push, "JsonPathNotFound", "path /payload/size not found") for i in range(3)
+    ]
+    parked = test_dlq_ui.store(pipeline, rows)
+    held = parked[1]
+    in_thread(
+        lambda: services.request_delete(actor=people["operator"], dead_letter=held, reason="GDPR erasure")
+    )
+    request = ApprovalRequest.objects.get(dead_letter=held)
+    page = open_page(people["operator"])
+    page.goto(f"/dlq/bulk/?pipeline={pipeline.name}&kind=skip")
+    page.get_by_test_id("bulk-count").click()
+    expect(page.get_by_test_id("bulk-preview")).to_contain_text(
+        "3 parked messages match · 1 held by a pending delete request (left out: an approver decides them first)"
+    )
+    page.get_by_test_id("bulk-reason").fill("test traffic")
+    page.get_by_test_id("bulk-create").click()
+    expect(page.get_by_test_id("flash")).to_contain_text("of 3 messages is queued")
+    bulk = BulkAction.objects.latest("id")
+    assert test_dlq_ui.take_queued_task(asgi_server.celery_queue, bulk.pk)
+    in_thread(lambda: services.run_bulk(bulk_id=bulk.pk))
+    row = page.locator(f'tr[data-bulk="{bulk.pk}"]')
+    expect(row.locator('[data-field="state"]')).to_have_text("completed")
+    expect(row.locator('[data-field="counts"]')).to_have_text("3 / 3 · 2 ok · 1 failed")
+    left_out = row.get_by_test_id("bulk-left-out")
+    expect(left_out).to_have_text(
+        f"#{held.pk} left out: dead letter #{held.pk} has a pending delete request #{request.pk} by "
+        f"{people['operator'].username}: an approver decides it first (reject it to replay or skip this message)"
+    )
+    expect(left_out.get_by_role("link", name=f"#{held.pk}")).to_have_attribute(
+        "href", f"/dlq/messages/{held.pk}/"
+    )
+    held.refresh_from_db()
+    assert held.status == Status.PARKED
