@@ -224,16 +224,16 @@ def _refused_by_target(
     dead_letter: DeadLetter, value: bytes | None, target: str
 ) -> DestinationOutcome | None:
     """Why the broker would refuse the replayed record itself at ``target`` (named as its ``destination``
-    and ``topic``), or None: the console may not write the topic (``TopicAuthorizationFailed``), or the
+    and ``topic``), or None: the console may not write the topic (``TopicAuthorizationFailed``), the topic
+    does not exist and the broker would not create it (``UnknownTopicOrPartition``: the produce would time
+    out, nothing written; ``kafka_io.topic_limits``), or the
     record (``replay_record``'s, with the replay headers) is larger than the topic's ``max.message.bytes``
     (``RecordTooLarge``, Kafka topic config). Nothing is claimed when the broker does not say."""
     if not target:
         return None
     limit = kafka_io.topic_limits([target], dead_letter.cluster_id)[target]
     if limit.problem:
-        return DestinationOutcome(
-            target, target, "dead_lettered", limit.problem, f"the console may not write to topic {target}"
-        )
+        return DestinationOutcome(target, target, "dead_lettered", limit.problem, limit.problem_text(target))
     if limit.max_message_bytes is None:
         return None
     probe = Replay(target_topic=target, destinations=dead_letter.destination)
