@@ -500,10 +500,11 @@ class ClusterProblemSerializer(serializers.Serializer[Any]):
 
 
 class ConsumerGroupsPageSerializer(serializers.Serializer[Any]):
-    """One page of consumer groups (``page`` of ``pages``, ``count`` in all) and the clusters not read."""
+    """One page of consumer groups (``page`` of ``pages``, ``count`` in all) and the clusters not read
+    (``cluster_errors``)."""
 
     groups = TeamGroupSerializer(many=True)
-    errors = ClusterProblemSerializer(many=True)
+    cluster_errors = ClusterProblemSerializer(many=True, source="errors")
     count = serializers.IntegerField()
     page = serializers.IntegerField()
     pages = serializers.IntegerField()
@@ -518,7 +519,7 @@ class ConsumerGroupsQuerySerializer(serializers.Serializer[Any]):
 class ConsumerGroupsView(APIView):
     """``GET /api/consumer-groups/``: every consumer group with committed offsets on a source, destination or
     DLQ topic of the pipelines the user may see, by cluster and name, ``consumer_groups.PAGE_SIZE`` per page;
-    a cluster that does not answer is listed in ``errors`` (see ``dlq.consumer_groups``)."""
+    a cluster that does not answer is listed in ``cluster_errors`` (see ``dlq.consumer_groups``)."""
 
     @extend_schema(parameters=[ConsumerGroupsQuerySerializer], responses={200: ConsumerGroupsPageSerializer})
     def get(self, request: Request) -> Response:

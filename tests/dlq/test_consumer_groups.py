@@ -55,7 +55,7 @@ def test_the_consumer_groups_of_the_teams_topics_with_lag_per_partition(
         answer = api_for(people["viewer"]).get("/api/consumer-groups/")
         assert answer.status_code == 200
         body = answer.json()
-        assert body["errors"] == []
+        assert body["cluster_errors"] == []
         groups = {g["group"]: g for g in body["groups"]}
         assert foreign not in groups  # another team's topic only
         assert groups[mine] == {
