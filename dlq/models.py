@@ -502,6 +502,11 @@ class BulkAction(models.Model):
     fix_failures = models.JSONField(
         default=dict, blank=True, help_text="fix: messages left unchanged, per reason (reason -> count)"
     )
+    left_out = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="messages a pending delete request held, left untouched: dead-letter id -> reason",
+    )
 
     class Meta:
         ordering = ["-created_at"]

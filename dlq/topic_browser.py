@@ -996,35 +996,89 @@ def topic_groups(pipeline: Pipeline, topic: str, *, timeout: float = 5.0) -> lis
     watermarks = _watermarks(conn, topic, timeout)
     if watermarks is None:
         return []
+    found = [
+        TopicGroup(g.group, g.state, g.topics[topic], g.group == own)
+        for g in groups_reading(conn, {topic: watermarks}, always=[own] if own else [], timeout=timeout)
+    ]
+    found.sort(key=lambda g: (not g.pipeline_group, g.group))
+    return found
+
+
+@dataclass(frozen=True)
+class GroupReading:
+    """A consumer group's committed positions on some topics (``groups_reading``): its ``state`` as the
+    broker reports it, ``members`` (None when not asked), and per topic its ``GroupOffsets``."""
+
+    group: str
+    state: str
+    members: int | None
+    topics: dict[str, list[GroupOffsets]]
+
+    @property
+    def lag(self) -> int:
+        """Records behind on all partitions of all its topics together."""
+        return sum(p.lag for offsets in self.topics.values() for p in offsets)
+
+
+def groups_reading(
+    conn: KafkaConnection,
+    watermarks: dict[str, dict[int, tuple[int, int]]],
+    *,
+    always: Iterable[str] = (),
+    timeout: float = 5.0,
+    members: bool = False,
+) -> list[GroupReading]:
+    """The consumer groups of one cluster with a committed offset on a partition of ``watermarks``' topics
+    (topic -> partition -> (low, high)), plus the ``always`` groups: one ListGroups, then one OffsetFetch per
+    group (the client takes one group per request) over all those partitions, every request sent before
+    any is awaited, and with ``members`` one DescribeGroups of the groups found; each bounded to
+    ``timeout`` seconds. Only these topics are reported, and only the topics a group committed on (all of
+    them for an ``always`` group). At most ``MAX_GROUPS_LISTED`` groups are asked (the console's own browse
+    groups never); by name. Raises KafkaException when the cluster does not answer."""
+    wanted = list(always)
     admin = AdminClient(admin_config(conn))
     listed = admin.list_consumer_groups(request_timeout=timeout).result(timeout=timeout)
     states = {g.group_id: getattr(g.state, "name", str(g.state)).lower() for g in listed.valid}
     names = sorted(name for name in states if not name.startswith("streamforge-browse-"))[:MAX_GROUPS_LISTED]
-    if own and own not in names:
-        names.insert(0, own)
-    partitions = [TopicPartition(topic, p) for p in sorted(watermarks)]
-    # One OffsetFetch per group (the client takes one group per request), all sent before any is awaited.
+    names = [*[n for n in wanted if n not in names], *names]
+    partitions = [TopicPartition(t, p) for t in sorted(watermarks) for p in sorted(watermarks[t])]
+    if not partitions:
+        return []
     pending = {
         name: admin.list_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(name, partitions)], request_timeout=timeout
         )[name]
         for name in names
     }
-    found: list[TopicGroup] = []
+    found: list[GroupReading] = []
     for name, future in pending.items():
         result = future.result(timeout)
-        committed = {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
-        if not committed and name != own:
+        committed: dict[str, dict[int, int]] = {}
+        for tp in result.topic_partitions:
+            if tp.offset >= 0:
+                committed.setdefault(tp.topic, {})[tp.partition] = tp.offset
+        if not committed and name not in wanted:
             continue
-        offsets = [
-            GroupOffsets(
-                p,
-                committed.get(p),
-                watermarks[p][1],
-                watermarks[p][1] - committed[p] if p in committed else watermarks[p][1] - watermarks[p][0],
-            )
-            for p in sorted(watermarks)
-        ]
-        found.append(TopicGroup(name, states.get(name, "not on the broker yet"), offsets, name == own))
-    found.sort(key=lambda g: (not g.pipeline_group, g.group))
+        topics = {}
+        for topic in sorted(watermarks if name in wanted else committed):
+            marks, mine = watermarks[topic], committed.get(topic, {})
+            topics[topic] = [
+                GroupOffsets(
+                    p,
+                    mine.get(p),
+                    marks[p][1],
+                    marks[p][1] - mine[p] if p in mine else marks[p][1] - marks[p][0],
+                )
+                for p in sorted(marks)
+            ]
+        found.append(GroupReading(name, states.get(name, "not on the broker yet"), None, topics))
+    if members and found:
+        described = admin.describe_consumer_groups([g.group for g in found], request_timeout=timeout)
+        sizes = {}
+        for name, future in described.items():
+            try:
+                sizes[name] = len(future.result(timeout).members)
+            except KafkaException:
+                continue  # a group gone meanwhile: its size is not known
+        found = [dataclasses.replace(g, members=sizes.get(g.group)) for g in found]
     return found

@@ -6,6 +6,8 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from access import people_views
+from dlq import group_views
+from dlq.api import topics
 from pipelines.metrics import metrics_view
 from streamforge_web import health, views
 
@@ -21,6 +23,9 @@ urlpatterns = [
     # addressed under the pipeline; these come first so the pipelines' own routes do not take them.
     path("api/pipelines/<slug:name>/", include("dlq.api.topic_urls")),
     path("pipelines/<slug:name>/", include("dlq.topic_urls")),
+    # The consumer groups of the team's topics (issue #30): page and API.
+    path("consumer-groups/", group_views.consumer_group_list, name="consumer-groups"),
+    path("api/consumer-groups/", topics.ConsumerGroupsView.as_view(), name="consumer-groups-api"),
     path("api/", include("pipelines.api.urls")),
     path("api/dlq/", include("dlq.api.urls")),
     path("api/notifications/", include("notifications.api.urls")),

@@ -345,6 +345,9 @@ class BulkPreviewSerializer(serializers.Serializer[BulkPreview]):
     failing = FailingReasonSerializer(many=True)
     failing_ids = serializers.ListField(child=serializers.IntegerField())
     passing_ids = serializers.ListField(child=serializers.IntegerField())
+    # Of ``count``, held by a pending delete request: the run leaves them out (``BulkAction.left_out``).
+    held = serializers.IntegerField()
+    held_ids = serializers.ListField(child=serializers.IntegerField())
 
 
 class BulkFiltersSerializer(serializers.Serializer[dict[str, Any]]):
@@ -410,6 +413,7 @@ class BulkSerializer(serializers.ModelSerializer[BulkAction]):
             "runs",
             "fix",
             "fix_failures",
+            "left_out",
         ]
 
     @extend_schema_field(BulkProgressSerializer)
@@ -740,3 +744,4 @@ class BulkFixPreviewSerializer(serializers.Serializer[Any]):
     needs_approval = serializers.BooleanField()
     approval_threshold = serializers.IntegerField()
     samples = FixSampleSerializer(many=True)
+    held = serializers.IntegerField(help_text="of count, held by a pending delete request: left unchanged")

@@ -29,7 +29,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from dlq import test_messages, topic_browser
+from dlq import consumer_groups, test_messages, topic_browser
 from dlq.api.views import ServiceErrorsMixin
 from dlq.topic_browser import BadPosition, TopicNotFound
 from pipelines.clusters import ClusterNotVerified, CredentialUnavailable
@@ -467,3 +467,63 @@ class TopicGroupsView(TopicErrorsMixin, APIView):
 
 def _plain(result: Any) -> dict[str, Any]:
     return dataclasses.asdict(result)
+
+
+class TeamGroupPartitionSerializer(serializers.Serializer[Any]):
+    """A group on one partition of one topic: committed offset (null: none), end offset, lag."""
+
+    topic = serializers.CharField()
+    partition = serializers.IntegerField()
+    committed = serializers.IntegerField(allow_null=True)
+    end = serializers.IntegerField()
+    lag = serializers.IntegerField()
+
+
+class TeamGroupSerializer(serializers.Serializer[Any]):
+    """A consumer group with commits on the user's pipelines' topics: cluster, state, members (null: not
+    known), the topics, total lag and per-partition offsets."""
+
+    cluster = serializers.CharField()
+    group = serializers.CharField()
+    state = serializers.CharField()
+    members = serializers.IntegerField(allow_null=True)
+    topics = serializers.ListField(child=serializers.CharField())
+    lag = serializers.IntegerField()
+    partitions = TeamGroupPartitionSerializer(many=True)
+
+
+class ClusterProblemSerializer(serializers.Serializer[Any]):
+    """A cluster whose groups could not be read, and why."""
+
+    cluster = serializers.CharField()
+    error = serializers.CharField()
+
+
+class ConsumerGroupsPageSerializer(serializers.Serializer[Any]):
+    """One page of consumer groups (``page`` of ``pages``, ``count`` in all) and the clusters not read
+    (``cluster_errors``)."""
+
+    groups = TeamGroupSerializer(many=True)
+    cluster_errors = ClusterProblemSerializer(many=True, source="errors")
+    count = serializers.IntegerField()
+    page = serializers.IntegerField()
+    pages = serializers.IntegerField()
+
+
+class ConsumerGroupsQuerySerializer(serializers.Serializer[Any]):
+    """``page``: from 1 (past the last: the last)."""
+
+    page = serializers.IntegerField(required=False, default=1, min_value=1, max_value=1_000_000)
+
+
+class ConsumerGroupsView(APIView):
+    """``GET /api/consumer-groups/``: every consumer group with committed offsets on a source, destination or
+    DLQ topic of the pipelines the user may see, by cluster and name, ``consumer_groups.PAGE_SIZE`` per page;
+    a cluster that does not answer is listed in ``cluster_errors`` (see ``dlq.consumer_groups``)."""
+
+    @extend_schema(parameters=[ConsumerGroupsQuerySerializer], responses={200: ConsumerGroupsPageSerializer})
+    def get(self, request: Request) -> Response:
+        query = ConsumerGroupsQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        result = consumer_groups.team_consumer_groups(request.user, page=query.validated_data["page"])
+        return Response(ConsumerGroupsPageSerializer(_plain(result)).data)

@@ -57,7 +57,7 @@ from dlq.models import (
     ReplayState,
     Status,
 )
-from dlq.services import erasure, kafka_io, notify
+from dlq.services import erasure, holds, kafka_io, notify
 from dlq.services.errors import Conflict, InvalidRequest
 from dlq.services.fix_patch import BulkFix, fix_chunk
 from dlq.services.inspection import visible_dead_letters
@@ -236,6 +236,10 @@ class BulkPreview:
     failing_ids: tuple[int, ...] = ()
     # The ids that would pass, when every selected message was checked and they are at most ``MAX_IDS``.
     passing_ids: tuple[int, ...] = ()
+    # Selected messages a pending delete request holds (``holds``): counted in ``count``, left out when it
+    # runs, never checked; their ids (at most ``MAX_IDS``).
+    held: int = 0
+    held_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -281,7 +285,8 @@ def needs_approval(kind: str, total: int, *, recent: int = 0) -> bool:
 def preview_bulk(*, actor: User, selection: MessageFilter, kind: str = BulkKind.REPLAY) -> BulkPreview:
     """What a bulk action of ``kind`` with this filter would select now, among the parked messages the
     actor sees, and whether it would wait for an approver given what the actor selected within the
-    window."""
+    window. A replay, skip or fix counts the selected messages a pending delete request holds (``held``:
+    the run leaves them out, ``holds``); a replay checks the others against the pipeline."""
     per_team = dict(_counts_by_team(_bulk_queryset(actor, selection)))
     total = sum(per_team.values())
     preview = BulkPreview(
@@ -290,9 +295,22 @@ def preview_bulk(*, actor: User, selection: MessageFilter, kind: str = BulkKind.
         needs_approval=needs_approval(kind, total, recent=recent_volume(actor_id=actor.pk)),
         approval_threshold=settings.DLQ_BULK_APPROVAL_THRESHOLD,
     )
-    if kind != BulkKind.REPLAY or not total:
+    if kind == BulkKind.DELETE or not total:
         return preview
-    checked, failing, ids = _would_fail_again_in(_bulk_queryset(actor, selection))
+    held_ids = list(
+        holds.pending_delete_held(_bulk_queryset(actor, selection))
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+    preview = dataclasses.replace(preview, held=len(held_ids), held_ids=tuple(held_ids[:MAX_IDS]))
+    if kind != BulkKind.REPLAY or len(held_ids) == total:
+        return preview
+    unheld = (
+        _bulk_queryset(actor, selection).exclude(pk__in=among(held_ids))
+        if held_ids
+        else _bulk_queryset(actor, selection)
+    )
+    checked, failing, ids = _would_fail_again_in(unheld)
     if not ids:
         return dataclasses.replace(preview, checked=len(checked))
     passing = [pk for pk in checked if pk not in set(ids)]
@@ -302,7 +320,9 @@ def preview_bulk(*, actor: User, selection: MessageFilter, kind: str = BulkKind.
         would_fail=len(ids),
         failing=failing,
         failing_ids=tuple(ids[:MAX_IDS]),
-        passing_ids=tuple(passing) if len(checked) == total and len(passing) <= MAX_IDS else (),
+        passing_ids=(
+            tuple(passing) if len(checked) == total - len(held_ids) and len(passing) <= MAX_IDS else ()
+        ),
     )
 
 
@@ -787,12 +807,35 @@ def _claim(ids: Sequence[int], to: str, bulk: BulkAction, *, returning: str = "i
         return sorted(cursor.fetchall(), key=lambda row: int(row[0]))
 
 
-def _claim_records(ids: Sequence[int], bulk: BulkAction) -> list[ClaimedRecord]:
-    """``_claim`` for a replay: the still-parked of ``ids`` moved to REPLAYING, as ``ClaimedRecord``."""
+def _claim_unheld(
+    ids: Sequence[int], to: str, bulk: BulkAction, *, returning: str = "id"
+) -> tuple[list[tuple[Any, ...]], int]:
+    """``_claim`` of those of ``ids`` no pending delete request holds (``holds.held_by_pending_delete``, the
+    rule a single replay or skip refuses with), in the caller's transaction; the held ones stay parked and
+    are recorded in ``bulk.left_out`` with the reason. Checked before the claim, and again after it for a
+    request asked for in between (put back to PARKED: a delete request asked after the claim waits for its
+    row locks and then finds the message claimed). Returns (the claimed rows, how many were held)."""
+    held = holds.held_by_pending_delete(ids)
+    rows = (
+        _claim([i for i in ids if i not in held], to, bulk, returning=returning)
+        if len(held) < len(ids)
+        else []
+    )
+    late = holds.held_by_pending_delete(int(row[0]) for row in rows)
+    if late:
+        DeadLetter.objects.filter(pk__in=among(late)).update(status=Status.PARKED, closed_by_bulk=None)
+        rows = [row for row in rows if int(row[0]) not in late]
+        held |= late
+    holds.record_left_out(bulk.pk, held)
+    return rows, len(held)
+
+
+def _claim_records(ids: Sequence[int], bulk: BulkAction) -> tuple[list[ClaimedRecord], int]:
+    """``_claim_unheld`` for a replay: the still-parked, unheld of ``ids`` moved to REPLAYING, as
+    ``ClaimedRecord``, and how many were held."""
     claimed = []
-    for pk, pipeline_id, source, topic, partition, offset, key, value, stored, cluster_id, dest in _claim(
-        ids, Status.REPLAYING, bulk, returning=_CLAIMED_COLUMNS
-    ):
+    rows, held = _claim_unheld(ids, Status.REPLAYING, bulk, returning=_CLAIMED_COLUMNS)
+    for pk, pipeline_id, source, topic, partition, offset, key, value, stored, cluster_id, dest in rows:
         claimed.append(
             ClaimedRecord(
                 pk=pk,
@@ -808,7 +851,7 @@ def _claim_records(ids: Sequence[int], bulk: BulkAction) -> list[ClaimedRecord]:
                 destination=dest,
             )
         )
-    return claimed
+    return claimed, held
 
 
 def _latest_payloads(ids: Sequence[int]) -> dict[int, tuple[int, bytes]]:
@@ -831,6 +874,7 @@ class _ReplayChunk:
     ids: Sequence[int]
     done: list[Answered]
     sending: kafka_io.Sending
+    held: int = 0  # left out: a pending delete request holds them
 
 
 @dataclass(slots=True)
@@ -862,7 +906,7 @@ def _send_replay_chunk(bulk: BulkAction, ids: Sequence[int]) -> _ReplayChunk:
     now = timezone.now()
     pipelines: dict[int | None, PipelineTopics] = {}  # per pipeline: parsed once per chunk, not per message
     with transaction.atomic():
-        rows = _claim_records(ids, bulk)
+        rows, held = _claim_records(ids, bulk)
         latest = _latest_payloads([r.pk for r in rows])
         values = []
         for row in rows:
@@ -894,17 +938,17 @@ def _send_replay_chunk(bulk: BulkAction, ids: Sequence[int]) -> _ReplayChunk:
             out = replay_record(row, attempt, value, actor_name)
             outs.append(out)
         done.append((row, attempt, out))
-    return _ReplayChunk(ids, done, kafka_io.send(outs))
+    return _ReplayChunk(ids, done, kafka_io.send(outs), held)
 
 
 def _settle_replay_chunk(bulk: BulkAction, chunk: _ReplayChunk) -> tuple[int, int, int]:
     """Wait for the broker's answers to a sent chunk and record them (no audit event per message: the
     bulk action's own events carry the counts, and each message keeps its Replay row and its
-    ``closed_by_bulk``); returns (handled, succeeded, failed)."""
+    ``closed_by_bulk``); returns (handled, succeeded, failed), the held ones handled and failed."""
     chunk.sending.wait()
     with transaction.atomic():
         ok, failed = record_answers(chunk.done)
-    return len(chunk.done), ok, failed
+    return len(chunk.done) + chunk.held, ok, failed + chunk.held
 
 
 def _refused_target(bulk: BulkAction, target: str, pipeline: PipelineTopics, *, admin: bool) -> str:
@@ -920,11 +964,12 @@ def _refused_target(bulk: BulkAction, target: str, pipeline: PipelineTopics, *, 
 
 
 def _bulk_skip_chunk(bulk: BulkAction, ids: Sequence[int]) -> tuple[int, int, int]:
-    """Skip the still-parked of ``ids``: one statement, no audit event per message (the bulk action's
+    """Skip the still-parked of ``ids`` no pending delete request holds (``_claim_unheld``; the held ones
+    count as failed): one statement, no audit event per message (the bulk action's
     events carry the reason and counts; each message's ``closed_by_bulk`` points to it)."""
     with transaction.atomic():
-        skipped = len(_claim(ids, Status.SKIPPED, bulk))
-    return skipped, skipped, 0
+        rows, held = _claim_unheld(ids, Status.SKIPPED, bulk)
+    return len(rows) + held, len(rows), held
 
 
 def _bulk_delete_chunk(bulk: BulkAction, ids: Sequence[int]) -> tuple[int, int, int]:

@@ -67,6 +67,7 @@ class BulkFixPreview:
     needs_approval: bool
     approval_threshold: int
     samples: tuple[FixSample, ...]
+    held: int = 0  # of ``count``, held by a pending delete request: the run leaves them unchanged
 
 
 def preview_bulk_fix(
@@ -106,6 +107,7 @@ def preview_bulk_fix(
         needs_approval=counted.needs_approval,
         approval_threshold=counted.approval_threshold,
         samples=tuple(samples),
+        held=counted.held,
     )
 
 

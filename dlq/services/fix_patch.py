@@ -23,6 +23,7 @@ from django.db import transaction
 
 from access import audit
 from dlq.models import BulkAction, DeadLetter, PayloadRevision, Status
+from dlq.services import holds
 from dlq.services.errors import InvalidRequest
 from dlq.services.fixes import check_payload, payload_diff
 from pipelines.dsl import DslParseError, EvaluationError, ast, parse_transform
@@ -169,7 +170,8 @@ def fix_chunk(bulk: BulkAction, ids: Sequence[int]) -> tuple[int, int, int]:
     (``SKIP LOCKED``), not waited for. Each fixed message gets a new ``PayloadRevision`` (its diff, its
     check against the pipeline's current revision) and one ``dlq.fix`` audit event by the bulk action's
     creator naming the bulk action; each message left unchanged is counted under its reason in
-    ``bulk.fix_failures``."""
+    ``bulk.fix_failures``; one a pending delete request holds is left alone too, listed in
+    ``bulk.left_out`` with the reason (``holds``)."""
     fix = parse_fix(bulk.fix)
     reason = f"bulk fix #{bulk.pk}: {bulk.reason}"
     failures: Counter[str] = Counter()
@@ -182,6 +184,9 @@ def fix_chunk(bulk: BulkAction, ids: Sequence[int]) -> tuple[int, int, int]:
             .filter(id__in=list(ids), status=Status.PARKED)
             .order_by("id")
         )
+        held = holds.held_by_pending_delete(row.pk for row in rows)
+        holds.record_left_out(bulk.pk, held)
+        rows = [row for row in rows if row.pk not in held]
         latest = current_payloads([row.pk for row in rows])
         specs: dict[int, Any] = {}  # one parsed spec per pipeline revision, not one per message
         for row in rows:
@@ -233,4 +238,4 @@ def fix_chunk(bulk: BulkAction, ids: Sequence[int]) -> tuple[int, int, int]:
             merged = Counter(stored or {})
             merged.update(failures)
             BulkAction.objects.filter(pk=bulk.pk).update(fix_failures=dict(merged))
-    return len(rows), len(revisions), sum(failures.values())
+    return len(rows) + len(held), len(revisions), sum(failures.values()) + len(held)

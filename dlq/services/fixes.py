@@ -170,8 +170,19 @@ def _within_limit(
 ) -> DestinationResult:
     """``result``, or, when the record it would produce is larger than its topic's ``max.message.bytes``
     (``record_size`` with the lineage header the driver adds), the ``RecordTooLarge`` dead letter the driver
-    writes instead (``pipelines.spark.writer``). Unchanged when the limit is not known."""
-    if result.outcome != "produced" or limit is None or limit.max_message_bytes is None:
+    writes instead (``pipelines.spark.writer``); or, when the topic cannot be written at all (missing and
+    not auto-created, or forbidden: the driver halts on those), that problem. Unchanged when nothing is
+    known."""
+    if result.outcome != "produced" or limit is None:
+        return result
+    if limit.problem:  # the driver cannot write the topic at all: it halts, nothing lands there
+        return dataclasses.replace(
+            result,
+            outcome="dead_lettered",
+            error_type=limit.problem,
+            error_message=limit.problem_text(result.topic),
+        )
+    if limit.max_message_bytes is None:
         return result
     value = result.value.encode() if result.value is not None else None
     key = result.key.encode() if result.key is not None else None

@@ -272,22 +272,51 @@ def retention_text(retention_ms: int | None) -> str:
 LIMITS_CACHE_SECONDS = 60
 
 
+#: ``TopicLimit.problem`` values: the names Kafka gives the errors a produce there ends with.
+TOPIC_FORBIDDEN = "TopicAuthorizationFailed"
+UNKNOWN_TOPIC = "UnknownTopicOrPartition"
+
+
 @dataclass(frozen=True)
 class TopicLimit:
     """What the broker says of a topic a record would be produced to: its ``max.message.bytes`` (None when
-    not known: the topic does not exist yet, or the broker did not answer), and ``problem``, non-empty when
-    producing there fails whatever the record: ``TopicAuthorizationFailed`` (the console's principal may not
-    describe or write it)."""
+    not known: the broker did not answer, or the topic does not exist and the broker would create it on
+    first write), and ``problem``, non-empty when producing there fails whatever the record:
+    ``TopicAuthorizationFailed`` (the console's principal may not describe or write it) or
+    ``UnknownTopicOrPartition`` (the topic does not exist and the broker's ``auto.create.topics.enable`` is
+    false: a producer's record then waits for the topic until its delivery timeout and fails)."""
 
     max_message_bytes: int | None
     problem: str = ""
+
+    def problem_text(self, topic: str) -> str:
+        """``problem`` in words, naming ``topic`` (empty when there is none)."""
+        if self.problem == TOPIC_FORBIDDEN:
+            return f"the console may not write to topic {topic}"
+        if self.problem == UNKNOWN_TOPIC:
+            return f"topic {topic} does not exist (and the broker does not create topics on first write)"
+        return self.problem
+
+
+def _broker_auto_creates(admin: AdminClient) -> bool | None:
+    """The broker's ``auto.create.topics.enable`` (Kafka broker config; one broker asked, 2 s bound), or
+    None when it does not say. Our producers keep librdkafka's producer default
+    ``allow.auto.create.topics=true``, so a record to a missing topic creates it exactly when this is true."""
+    try:
+        brokers = admin.list_topics(timeout=2).brokers
+        broker = ConfigResource(ConfigResource.Type.BROKER, str(min(brokers)))
+        (future,) = admin.describe_configs([broker], request_timeout=2).values()
+        return str(future.result(timeout=2)["auto.create.topics.enable"].value).lower() == "true"
+    except Exception:  # not answered, or not allowed to describe the broker: unknown
+        return None
 
 
 def topic_limits(topics: Sequence[str], cluster_id: int | None) -> dict[str, TopicLimit]:
     """Each topic's ``TopicLimit`` on cluster ``cluster_id`` (Kafka topic config ``max.message.bytes``: the
     largest record batch the broker accepts, ``RecordTooLarge`` above it), read with one DescribeConfigs
-    request bounded to 2 s and cached for ``LIMITS_CACHE_SECONDS`` per topic. Never raises: an unanswered
-    topic is ``TopicLimit(None)``."""
+    request bounded to 2 s and cached for ``LIMITS_CACHE_SECONDS`` per topic; a topic the broker does not
+    know is ``UnknownTopicOrPartition`` unless the broker creates topics on first write
+    (``_broker_auto_creates``, asked only then). Never raises: an unanswered topic is ``TopicLimit(None)``."""
     found: dict[str, TopicLimit] = {}
     wanted = []
     for topic in dict.fromkeys(topics):
@@ -298,6 +327,36 @@ def topic_limits(topics: Sequence[str], cluster_id: int | None) -> dict[str, Top
             wanted.append(topic)
     if not wanted:
         return found
+    try:
+        admin = AdminClient(admin_config(connection_of(cluster_id)))
+        futures = admin.describe_configs(
+            [ConfigResource(ConfigResource.Type.TOPIC, t) for t in wanted], request_timeout=2
+        )
+    except Exception:  # no admin client: nothing is known, nothing is claimed
+        return {**found, **{t: TopicLimit(None) for t in wanted}}
+    auto_creates: list[bool | None] = []  # asked once, for the first missing topic
+    for resource, future in futures.items():
+        try:
+            limit = TopicLimit(int(future.result(timeout=2)["max.message.bytes"].value))
+        except KafkaException as exc:
+            code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
+            limit = TopicLimit(None)
+            if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                limit = TopicLimit(None, TOPIC_FORBIDDEN)
+            elif code == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                if not auto_creates:
+                    auto_creates.append(_broker_auto_creates(admin))
+                if auto_creates[0] is False:
+                    limit = TopicLimit(None, UNKNOWN_TOPIC)
+        except Exception:  # a timeout: unknown
+            limit = TopicLimit(None)
+        found[resource.name] = limit
+        cache.set(
+            f"dlq:topic-limit:{cluster_id or 0}:{resource.name}",
+            (limit.max_message_bytes, limit.problem),
+            LIMITS_CACHE_SECONDS,
+        )
+    return found
     try:
         admin = AdminClient(admin_config(connection_of(cluster_id)))
         futures = admin.describe_configs(

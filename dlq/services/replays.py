@@ -31,16 +31,13 @@ from access.models import Role
 from access.permissions import is_admin, require_role
 from dlq import headers
 from dlq.models import (
-    ApprovalKind,
-    ApprovalRequest,
-    ApprovalState,
     BulkAction,
     DeadLetter,
     Replay,
     ReplayState,
     Status,
 )
-from dlq.services import kafka_io, notify
+from dlq.services import holds, kafka_io, notify
 from dlq.services.errors import Conflict, InvalidRequest, ReplayFailed, WouldFailAgain
 from dlq.services.fixes import DestinationOutcome, check_payload, current_payload
 from dlq.services.kafka_io import OutgoingRecord
@@ -227,16 +224,16 @@ def _refused_by_target(
     dead_letter: DeadLetter, value: bytes | None, target: str
 ) -> DestinationOutcome | None:
     """Why the broker would refuse the replayed record itself at ``target`` (named as its ``destination``
-    and ``topic``), or None: the console may not write the topic (``TopicAuthorizationFailed``), or the
+    and ``topic``), or None: the console may not write the topic (``TopicAuthorizationFailed``), the topic
+    does not exist and the broker would not create it (``UnknownTopicOrPartition``: the produce would time
+    out, nothing written; ``kafka_io.topic_limits``), or the
     record (``replay_record``'s, with the replay headers) is larger than the topic's ``max.message.bytes``
     (``RecordTooLarge``, Kafka topic config). Nothing is claimed when the broker does not say."""
     if not target:
         return None
     limit = kafka_io.topic_limits([target], dead_letter.cluster_id)[target]
     if limit.problem:
-        return DestinationOutcome(
-            target, target, "dead_lettered", limit.problem, f"the console may not write to topic {target}"
-        )
+        return DestinationOutcome(target, target, "dead_lettered", limit.problem, limit.problem_text(target))
     if limit.max_message_bytes is None:
         return None
     probe = Replay(target_topic=target, destinations=dead_letter.destination)
@@ -296,22 +293,14 @@ def _refuse_a_failing_payload(failing: list[DestinationOutcome], *, force: bool,
 
 
 def _refuse_under_pending_delete(pk: int) -> None:
-    """Raise Conflict when a delete request about dead letter ``pk`` waits for an approver: the approver
-    decides on the message as it was requested, so it is neither replayed nor skipped meanwhile (the message
-    page disables both with the same reason). Called inside the claim's transaction: the caller's claim is
-    rolled back with it."""
-    pending = (
-        ApprovalRequest.objects.filter(
-            dead_letter_id=pk, kind=ApprovalKind.DELETE, state=ApprovalState.PENDING
-        )
-        .select_related("requested_by")
-        .first()
-    )
-    if pending is not None:
-        raise Conflict(
-            f"dead letter #{pk} has a pending delete request #{pending.pk} by {pending.requested_by.get_username()}:"
-            " an approver decides it first (reject it to replay or skip this message)"
-        )
+    """Raise Conflict when a delete request about dead letter ``pk`` waits for an approver
+    (``holds.held_by_pending_delete``, the rule a bulk action applies too): the approver decides on the
+    message as it was requested, so it is neither replayed nor skipped meanwhile (the message page disables
+    both with the same reason). Called inside the claim's transaction: the caller's claim is rolled back
+    with it."""
+    held = holds.held_by_pending_delete([pk])
+    if pk in held:
+        raise Conflict(held[pk])
 
 
 def not_parked_message(pk: int) -> str:

@@ -103,10 +103,12 @@
         counted = request;
         create.disabled = false;
         say(p.count.toLocaleString("en-US") + " parked message" + (p.count === 1 ? "" : "s") + " match" +
+          (p.held ? " · " + p.held.toLocaleString("en-US") + " held by a pending delete request (left out: an approver decides them first)" : "") +
           (p.needs_approval ? " · needs an approver (more than " + p.approval_threshold.toLocaleString("en-US") + ", counting your other bulk selections within the approval window)" : " · runs at once, no approval needed"),
           p.needs_approval ? "warn" : "ok");
         preview.dataset.count = String(p.count);
         preview.dataset.needsApproval = String(p.needs_approval);
+        preview.dataset.held = String(p.held || 0);
         showWouldFail(p);
       });
     });

@@ -106,6 +106,7 @@
       const failing = p.samples.filter(function (s) { return s.error || (s.check && s.check.would_pass === false); }).length;
       say(p.count.toLocaleString("en-US") + " parked message" + (p.count === 1 ? "" : "s") + " selected · " +
         (p.samples.length - failing) + " of " + p.samples.length + " shown would pass after the fix" +
+        (p.held ? " · " + p.held.toLocaleString("en-US") + " held by a pending delete request (left unchanged)" : "") +
         (p.needs_approval ? " · needs an approver (more than " + p.approval_threshold.toLocaleString("en-US") + ")" : " · runs at once, no approval needed"),
         failing ? "warn" : "ok");
       p.samples.forEach(function (s) { samples.appendChild(sampleCard(s)); });

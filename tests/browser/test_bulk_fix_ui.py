@@ -1,7 +1,8 @@
 """Bulk fix in Chromium: from a failure group's card to the bulk page, a JSON Patch refused with its field
 and reason, previewed on the group's messages (diff and would-pass each, the one it does not apply to
 named), applied, run, the bulk row's counts and the reason of the message left unchanged shown, and the
-bulk replay of the same selection offered."""
+bulk replay of the same selection offered, counted, and run: the fixed payloads land on the source topic with
+the replay headers (that the driver passes such a record is test_end_to_end's)."""
 
 # ruff: noqa: F811  # the fixtures are test_dlq_ui's, imported by name
 
@@ -18,8 +19,10 @@ from playwright.sync_api import expect
 from access.models import AuditEvent
 from dlq import services
 from dlq.models import BulkAction, PayloadRevision
+from streamforge_core import contract as c
 from tests.browser.conftest import screenshot
 from tests.browser.test_dlq_ui import bad_push, people, pipeline, store, take_queued_task, team  # noqa: F401
+from tests.pipelines.spark.harness import consume_all
 
 pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.kafka]
 
@@ -28,7 +31,7 @@ NOT_HERE = "operation 1 (copy /payload/size): a path it needs is not in this pay
 
 
 def test_a_group_is_bulk_fixed_from_its_card_after_a_preview_with_diffs_and_would_pass(
-    open_page, asgi_server, people, pipeline, bad_push
+    open_page, asgi_server, people, pipeline, bad_push, kafka_bootstrap
 ):
     no_distinct = json.loads(bad_push)
     del no_distinct["payload"]["distinct_size"]
@@ -84,3 +87,34 @@ def test_a_group_is_bulk_fixed_from_its_card_after_a_preview_with_diffs_and_woul
     expect(page).to_have_url(re.compile(rf"/dlq/bulk/\?kind=replay&group={group.pk}$"))
     expect(page.get_by_test_id("bulk-kind")).to_have_value("replay")
     expect(page.get_by_test_id("bulk-form").locator("select[name=group]")).to_have_value(str(group.pk))
+
+    # ... counted: the one left unchanged would fail again; left out, the three fixed are replayed.
+    page.get_by_test_id("bulk-count").click()
+    expect(page.get_by_test_id("would-fail-summary")).to_contain_text("1 of 4 would fail again at pushes")
+    page.get_by_test_id("exclude-failing").click()
+    page.get_by_test_id("bulk-count").click()
+    expect(page.get_by_test_id("bulk-preview")).to_contain_text("3 parked messages match")
+    page.get_by_test_id("bulk-reason").fill("the fixed force pushes")
+    page.get_by_test_id("bulk-create").click()
+    expect(page.get_by_test_id("flash")).to_contain_text("of 3 messages is queued")
+    replay = BulkAction.objects.latest("id")
+    assert take_queued_task(asgi_server.celery_queue, replay.pk)
+    worker = threading.Thread(target=lambda: (services.run_bulk(bulk_id=replay.pk), connection.close()))
+    worker.start()
+    worker.join(30)
+    expect(page.locator(f'tr[data-bulk="{replay.pk}"] [data-field="counts"]')).to_have_text(
+        "3 / 3 · 3 ok · 0 failed"
+    )
+
+    # On the source topic: the fixed payloads with the replay headers, for the pipeline's destination.
+    source = pipeline.current_revision.spec["source"]["topics"][0]
+    landed = consume_all(kafka_bootstrap, source)
+    fixed_ones = [d for d in parked if d.pk != parked[3].pk]
+    assert sorted(r.header(c.H_REPLAY_OF) for r in landed) == sorted(d.coordinates for d in fixed_ones)
+    for record in landed:
+        event = json.loads(record.value)
+        assert event["payload"]["size"] == event["payload"]["distinct_size"]
+        assert record.header(c.H_REPLAY_DESTINATIONS) == "pushes"
+        assert record.header(c.H_REPLAYED_BY) == people["operator"].username
+        assert record.header(c.H_REPLAY_SIGNATURE)
+        assert record.header("trace-id") == "t-1"  # the original headers kept

@@ -61,7 +61,7 @@ def people(team):
 @pytest.fixture
 def pipeline(team, people, kafka_admin):
     """A GitHub-events pipeline (unique names: the broker and the channel layer are shared) whose source
-    topic exists on the test broker, so replays land somewhere real."""
+    and destination topics exist on the test broker, so replays land somewhere real."""
     suffix = uuid.uuid4().hex[:8]
     made = create_pipeline(
         actor=people["admin"],
@@ -69,10 +69,14 @@ def pipeline(team, people, kafka_admin):
         team=team,
         spec=github_spec(f"github.events-{suffix}", suffix),
     )
-    source = made.current_revision.spec["source"]["topics"][0]
-    kafka_admin.create_topics([NewTopic(source, 1, 1)])[source].result(timeout=30)
+    # The destination topics too: a replay's prediction names a topic that is not there.
+    spec = made.current_revision.spec
+    topics = [spec["source"]["topics"][0], *(d["topic"] for d in spec["destinations"])]
+    for future in kafka_admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
+        future.result(timeout=30)
     yield made
-    kafka_admin.delete_topics([source])[source].result(timeout=30)
+    for future in kafka_admin.delete_topics(topics).values():
+        future.result(timeout=30)
 
 
 @pytest.fixture(scope="module")

@@ -5,12 +5,13 @@ refused expression's position) and a live tail that shows new records at the top
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 from django.conf import settings
 from playwright.sync_api import expect
@@ -18,7 +19,7 @@ from playwright.sync_api import expect
 from access.models import Role
 from pipelines.models import Pipeline
 from pipelines.services import create_pipeline
-from streamforge_core.kafka import KafkaConnection, producer_config
+from streamforge_core.kafka import KafkaConnection, consumer_config, producer_config
 from tests.browser.conftest import screenshot
 from tests.browser.test_csp import Watcher
 from tests.dlq.conftest import github_spec
@@ -137,3 +138,55 @@ def test_search_tail_and_compact_rows_of_the_topic_browser(open_page, asgi_serve
     expect(tail).to_have_count(3)
     expect(tail.first.get_by_test_id("record-key-preview")).to_have_text("order-32")
     screenshot(page, "topic-browser-search-tail")
+
+
+def test_a_search_stops_and_continues_where_it_stopped_and_the_consumer_groups_page(
+    open_page, people, pipeline, kafka_bootstrap
+):
+    """Stop ends the search after the step in flight and says what it scanned; Continue goes on from its
+    cursor (the scanned count grows to the range, never restarts, no record listed twice). Then the
+    consumer groups of the team's topics, reached from the navigation."""
+    source = pipeline.current_revision.spec["source"]["topics"][0]
+    events(source, range(600))  # every key matches "order-": 50 matches per step, 12 steps
+    page = open_page(people["operator"])
+    page.goto(f"/pipelines/{pipeline.name}/topics/{source}/")
+    search = page.get_by_test_id("topic-search")
+    search.get_by_test_id("search-q").fill("order-")
+    search.get_by_test_id("search-max-scan").fill("2000")
+    search.get_by_test_id("search-run").click()
+    counts = search.get_by_test_id("search-counts")
+    expect(counts).to_contain_text(re.compile(r"Scanned [1-9]\d* records, [1-9]\d* matched · searching…"))
+    search.get_by_test_id("search-stop").click()
+    expect(counts).to_contain_text("stopped; Continue goes on from here")
+    stopped = counts.text_content() or ""
+    scanned = int(re.match(r"Scanned (\d+) records, \1 matched", stopped).group(1))
+    assert 0 < scanned < 600
+    page.wait_for_timeout(1500)
+    expect(counts).to_have_text(stopped)  # no step runs after Stop
+    found = search.get_by_test_id("search-results").get_by_test_id("record")
+    expect(found).to_have_count(scanned)
+    expect(search.get_by_test_id("search-stop")).to_be_hidden()
+    search.get_by_test_id("search-continue").click()
+    expect(counts).to_have_text(
+        "Scanned 600 records, 600 matched · done: the whole range was searched", timeout=180_000
+    )
+    offsets = found.evaluate_all("rows => rows.map(row => row.dataset.offset)")
+    assert sorted(int(o) for o in offsets) == list(range(600))  # each once: resumed, not restarted
+
+    group = f"audit-{uuid.uuid4().hex[:6]}"
+    consumer = Consumer(consumer_config(KafkaConnection(kafka_bootstrap), group_id=group))
+    consumer.commit(offsets=[TopicPartition(source, 0, 400)], asynchronous=False)
+    consumer.close()
+    page.get_by_test_id("nav-consumer-groups").click()
+    expect(page).to_have_url(re.compile(r"/consumer-groups/$"))
+    row = page.locator(f'[data-testid="team-group"][data-group="{group}"]')
+    expect(row.locator("[data-field=state]")).to_have_text("empty")
+    expect(row.locator("[data-field=members]")).to_have_text("0")
+    expect(row.locator("[data-field=topics]")).to_have_text(source)
+    expect(row.locator("[data-field=lag]")).to_have_text("200")
+    row.get_by_test_id("group-partitions").locator("summary").click()
+    expect(row.get_by_test_id("team-group-partition")).to_have_text(
+        [re.compile(rf"{source}\s*0\s*400\s*600\s*200")]
+    )
+    expect(page.get_by_test_id("cluster-error")).to_have_count(0)
+    screenshot(page, "consumer-groups")

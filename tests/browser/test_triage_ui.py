@@ -16,10 +16,12 @@ import uuid
 
 import pytest
 from django.db import transaction
+from django.utils import timezone
 from playwright.sync_api import expect
 
 from access.models import Role
-from pipelines.models import MetricSample, Pipeline, PipelineRun, PipelineState
+from pipelines.alerts import DLQ_BACKLOG_RECORDS, dlq_backlog_rule
+from pipelines.models import Alert, MetricSample, Pipeline, PipelineRun, PipelineState
 from pipelines.services import create_pipeline
 from pipelines.supervision.status import announce_status
 from tests.browser.conftest import in_thread, screenshot
@@ -99,8 +101,22 @@ def test_the_pipeline_page_labels_its_numbers_links_its_pages_follows_its_runs_a
     open_page, site
 ):
     pipeline = site["pipeline"]
+    firing = dlq_backlog_rule(dead_lettered=DLQ_BACKLOG_RECORDS + 1)
+    assert firing is not None
+    Alert.objects.create(
+        pipeline=pipeline, rule=firing.rule, severity=firing.severity, summary=firing.summary,
+        value=firing.value, started_at=timezone.now(), last_seen_at=timezone.now(),
+    )  # fmt: skip
     page = open_page(site["operator"])
     page.goto(f"/pipelines/{pipeline.name}/")
+
+    # The alert's banner names its window and since when it fires.
+    banner = page.locator('#pipeline [data-field="alerts"] [data-rule="DLQBacklog"]')
+    expect(banner).to_contain_text(
+        re.compile(
+            r"DLQBacklog: \d+ records went to the DLQ in the last \d+ minutes · firing since \w{3} \d+ \d\d:\d\d"
+        )
+    )
 
     # Every number says what it counts: the parked backlog beside the cumulative DLQ records, each a link.
     backlog = page.get_by_test_id("tile-backlog")

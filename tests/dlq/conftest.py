@@ -7,12 +7,13 @@ import itertools
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import NewTopic
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -168,3 +169,20 @@ def produce_with_headers(
                 producer.poll(0.1)
     assert producer.flush(60) == 0
     assert not errors, errors[:3]
+
+
+@pytest.fixture
+def pipeline_topics(pipeline, kafka_admin) -> Iterator[list[str]]:
+    """The pipeline's source and destination topics on the test broker (those not there yet are created and
+    deleted afterwards): a prediction names a topic that does not exist as ``UnknownTopicOrPartition``."""
+    spec = pipeline.current_revision.spec
+    wanted = [*spec["source"]["topics"], *(d["topic"] for d in spec["destinations"])]
+    there = kafka_admin.list_topics(timeout=10).topics
+    made = [t for t in dict.fromkeys(wanted) if t not in there]
+    if made:
+        for future in kafka_admin.create_topics([NewTopic(t, 1, 1) for t in made]).values():
+            future.result(timeout=30)
+    yield wanted
+    if made:
+        for future in kafka_admin.delete_topics(made).values():
+            future.result(timeout=30)

@@ -103,6 +103,8 @@ def test_a_large_bulk_replay_is_approved_paused_half_way_resumed_and_replays_eac
             "failing": [],
             "failing_ids": [],
             "passing_ids": [],
+            "held": 0,
+            "held_ids": [],
         }
         created = operator.post(
             "/api/dlq/bulk/",

@@ -47,7 +47,7 @@ def broken_group(pipeline, park, github_events):
 
 
 def test_a_bulk_fix_previews_waits_for_an_approver_and_fixes_each_message_or_says_why_not(
-    settings, people, pipeline, broken_group, queued
+    settings, people, pipeline, broken_group, queued, pipeline_topics
 ):
     settings.DLQ_BULK_APPROVAL_THRESHOLD = 5
     selection = MessageFilter(pipeline=pipeline.name)

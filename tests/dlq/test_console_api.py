@@ -63,7 +63,9 @@ def test_viewers_see_sensitive_paths_masked_and_operators_do_not(people, parked,
     assert seen_by_operator["actor"]["login"] not in ("", "•••")
 
 
-def test_a_fix_keeps_the_original_shows_the_diff_and_says_whether_it_would_pass(people, parked):
+def test_a_fix_keeps_the_original_shows_the_diff_and_says_whether_it_would_pass(
+    people, parked, pipeline_topics
+):
     api = api_for(people["operator"])
     event = json.loads(bytes(parked[0].value))
     still_bad = api.post(
@@ -106,7 +108,7 @@ def test_a_fix_needs_a_reason_and_a_change(people, parked):
     assert same.json() == {"value": ["the payload is unchanged"]}
 
 
-def test_a_replay_of_a_fix_that_would_fail_again_is_refused(people, parked):
+def test_a_replay_of_a_fix_that_would_fail_again_is_refused(people, parked, pipeline_topics):
     api = api_for(people["operator"])
     api.post(
         f"/api/dlq/messages/{parked[0].pk}/fix/",

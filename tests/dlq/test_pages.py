@@ -195,7 +195,9 @@ def test_the_list_pages_newest_first_with_older_and_newer_cursors(people, pipeli
 # ------------------------------------------------------------------------------------------ message page
 
 
-def test_the_message_page_shows_the_record_failure_history_and_audit_trail(people, parked, pipeline):
+def test_the_message_page_shows_the_record_failure_history_and_audit_trail(
+    people, parked, pipeline, pipeline_topics
+):
     dead = parked[0]
     event = json.loads(bytes(dead.value))
     event["payload"]["size"] = 3
@@ -228,7 +230,7 @@ def test_a_binary_payload_opens_on_the_hex_tab(people, parked):
     assert "00000000  ff fe 20 6e 6f 74" in body
 
 
-def test_the_draft_check_says_whether_it_would_pass_and_stores_nothing(people, parked):
+def test_the_draft_check_says_whether_it_would_pass_and_stores_nothing(people, parked, pipeline_topics):
     dead = parked[0]
     event = json.loads(bytes(dead.value))
     events_before = AuditEvent.objects.count()

@@ -13,7 +13,9 @@ from confluent_kafka.admin import NewTopic
 from django.core.cache import cache
 
 from dlq import services
-from dlq.services.errors import WouldFailAgain
+from dlq.models import Status
+from dlq.services import kafka_io
+from dlq.services.errors import ReplayFailed, WouldFailAgain
 from tests.dlq.conftest import api_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.kafka]
@@ -77,3 +79,52 @@ def test_a_replay_that_the_broker_or_the_driver_would_refuse_is_named_first(
     refused = api_for(operator).post(f"/api/dlq/messages/{too_large.pk}/replay/", {}, format="json")
     assert refused.status_code == 409
     assert "pushes (RecordTooLarge)" in refused.json()["detail"]
+
+
+def test_a_replay_to_a_topic_that_is_not_there_is_predicted_to_fail_as_the_broker_fails_it(
+    people, pipeline, park, kafka_admin, settings, monkeypatch
+):
+    """The test broker does not create topics on first write (``auto.create.topics.enable=false``) and the
+    console's producer keeps librdkafka's ``allow.auto.create.topics`` default. Before: a missing topic's
+    limit was "not known", so the replay was predicted to pass, then waited out its delivery timeout."""
+    cache.clear()
+    operator = people["operator"]
+    spec = pipeline.current_revision.spec
+    source = spec["source"]["topics"][0]  # not created
+    [dead] = park(pipeline, [(b"k1", _push("octocat"), "JsonPathNotFound", "x")])
+    missing_text = f"topic {source} does not exist (and the broker does not create topics on first write)"
+    [missing] = services.would_fail_again(dead, bytes(dead.value))
+    assert (missing.topic, missing.error_type, missing.error_message) == (
+        source,
+        "UnknownTopicOrPartition",
+        missing_text,
+    )
+    refused = api_for(operator).post(f"/api/dlq/messages/{dead.pk}/replay/", {}, format="json")
+    assert refused.status_code == 409
+    assert refused.json()["would_fail"] == [
+        {"destination": source, "error_type": "UnknownTopicOrPartition", "error_message": missing_text}
+    ]
+
+    # The broker agrees: forced, the record waits for the topic until its delivery timeout and fails;
+    # nothing is created, the message is parked again.
+    settings.DLQ_PRODUCE_TIMEOUT_SECONDS = 2
+    monkeypatch.setattr(kafka_io, "_producers", {})
+    with pytest.raises(ReplayFailed):
+        services.replay(actor=operator, dead_letter=dead, force=True, reason="try it anyway")
+    assert source not in kafka_admin.list_topics(timeout=10).topics
+    dead.refresh_from_db()
+    assert dead.status == Status.PARKED
+
+    # A destination topic that is not there: the driver cannot write it (it halts), so nothing lands there.
+    kafka_admin.create_topics([NewTopic(source, 1, 1)])[source].result(timeout=30)
+    try:
+        cache.clear()
+        [at_pushes] = services.would_fail_again(dead, bytes(dead.value))
+        pushes = spec["destinations"][0]["topic"]
+        assert (at_pushes.destination, at_pushes.topic, at_pushes.error_type) == (
+            "pushes",
+            pushes,
+            "UnknownTopicOrPartition",
+        )
+    finally:
+        kafka_admin.delete_topics([source])[source].result(timeout=30)

@@ -50,7 +50,7 @@ def test_a_replay_is_for_the_dead_letters_destinations_when_it_goes_back_through
 
 @pytest.mark.django_db
 def test_a_replay_sends_the_fixed_payload_with_the_original_key_and_headers(
-    people, pipeline, park, github_events, source_topic, kafka_bootstrap
+    people, pipeline, park, github_events, source_topic, pipeline_topics, kafka_bootstrap
 ):
     [dead] = park(
         pipeline,
@@ -320,7 +320,7 @@ def test_the_dead_letters_of_one_source_record_are_shown_together_and_each_repla
 
 @pytest.mark.django_db
 def test_a_fixed_dead_letter_and_its_siblings_are_fixed_and_replayed_together(
-    people, pipeline, github_events, source_topic, kafka_bootstrap
+    people, pipeline, github_events, source_topic, pipeline_topics, kafka_bootstrap
 ):
     """#18 item 1: one source record (a push without payload.size) failed both destinations; the operator
     fixes it once and replays the record's dead letters together: the sibling gets the same fix, each
