@@ -3,8 +3,10 @@
     .venv/bin/python demo/screenshots.py --password <admin password printed by make demo>
 
 Drives Debian's Chromium with Playwright, signs in as the demo admin and saves, into docs/img/: the
-dashboard, the pipeline's page, the DLQ console (list, a message, failure groups, bulk actions) in the dark
-theme, the dashboard and a message in the light one, and the DLQ list on a 390 px phone.
+dashboard, the pipeline's page, the DLQ console (list, a message, failure groups, bulk actions), the runner
+hosts, the consumer groups and the topic browser with a search's result in the dark theme, a replay's
+confirmation, the dashboard and a message in the light one, and the overview and DLQ list on a 390 px
+phone.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ DESKTOP = (
     ("message", "/dlq/messages/{message}/"),
     ("groups", "/dlq/groups/"),
     ("bulk", "/dlq/bulk/"),
+    ("hosts", "/hosts/"),
+    ("consumer-groups", "/consumer-groups/"),
 )
 
 
@@ -43,6 +47,29 @@ def _shoot(page: Page, url: str, name: str) -> None:
     page.wait_for_timeout(4000)  # a few live updates arrive
     page.screenshot(path=str(OUT / f"{name}.png"), full_page=False)
     sys.stdout.write(f"{OUT / (name + '.png')}\n")
+
+
+def _search(page: Page, url: str, query: str, name: str) -> None:
+    """The topic page at ``url`` with a text search for ``query`` run to its end."""
+    page.goto(url)
+    page.fill("[data-testid=search-q]", query)
+    page.click("[data-testid=search-run]")
+    progress = page.locator("[data-testid=search-progress]")
+    progress.filter(has_text="done").wait_for(timeout=120_000)
+    page.wait_for_timeout(1000)
+    page.screenshot(path=str(OUT / f"{name}.png"), full_page=False)
+    sys.stdout.write(f"{OUT / (name + '.png')}\n")
+
+
+def _replay_dialog(page: Page, url: str, name: str) -> None:
+    """The message page at ``url`` with its replay confirmation open (nothing is sent: it is dismissed)."""
+    page.goto(url)
+    page.locator("[data-testid=replay]").first.click()
+    page.wait_for_selector("dialog[open]", timeout=10_000)
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(OUT / f"{name}.png"), full_page=False)
+    sys.stdout.write(f"{OUT / (name + '.png')}\n")
+    page.keyboard.press("Escape")
 
 
 def main() -> None:
@@ -64,6 +91,10 @@ def main() -> None:
         fill = {"pipeline": args.pipeline, "message": message}
         for name, path in DESKTOP:
             _shoot(page, args.url + path.format(**fill), name)
+        _search(
+            page, f"{args.url}/pipelines/{args.pipeline}/topics/github.events/", "PushEvent", "topic-search"
+        )
+        _replay_dialog(page, f"{args.url}/dlq/messages/{message}/", "replay-confirm")
         light = _signed_in(browser, args, viewport={"width": 1440, "height": 900}, color_scheme="light")
         _shoot(light, f"{args.url}/", "dashboard-light")
         _shoot(light, f"{args.url}/dlq/messages/{message}/", "message-light")
@@ -76,6 +107,7 @@ def main() -> None:
             color_scheme="dark",
         )
         _shoot(phone, f"{args.url}/dlq/", "dlq-phone")
+        _shoot(phone, f"{args.url}/", "overview-phone")
         browser.close()
 
 
