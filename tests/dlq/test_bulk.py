@@ -78,7 +78,11 @@ def test_a_large_bulk_replay_is_approved_paused_half_way_resumed_and_replays_eac
     people, pipeline, park, github_events, kafka_admin, kafka_bootstrap, queued
 ):
     source = pipeline.current_revision.spec["source"]["topics"][0]
-    kafka_admin.create_topics([NewTopic(source, 2, 1)])[source].result(timeout=30)
+    # The destinations exist too: a prediction says a topic that is not there would fail again.
+    destinations = [d["topic"] for d in pipeline.current_revision.spec["destinations"]]
+    made = [NewTopic(source, 2, 1), *(NewTopic(t, 1, 1) for t in dict.fromkeys(destinations))]
+    for future in kafka_admin.create_topics(made).values():
+        future.result(timeout=30)
     try:
         rows = [
             (f"k{i}".encode(), github_events[i % len(github_events)], "RetryExhausted", "produce timed out")
@@ -176,7 +180,8 @@ def test_a_large_bulk_replay_is_approved_paused_half_way_resumed_and_replays_eac
         trail = selectors.audit_trail(parked[0], [])
         assert {"dlq.bulk_create", "dlq.bulk_complete"} <= {e.action for e in trail}
     finally:
-        kafka_admin.delete_topics([source])[source].result(timeout=30)
+        for future in kafka_admin.delete_topics([t.topic for t in made]).values():
+            future.result(timeout=30)
 
 
 def test_a_small_bulk_skip_runs_without_approval_and_can_be_paused_and_resumed(
