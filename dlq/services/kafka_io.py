@@ -357,26 +357,3 @@ def topic_limits(topics: Sequence[str], cluster_id: int | None) -> dict[str, Top
             LIMITS_CACHE_SECONDS,
         )
     return found
-    try:
-        admin = AdminClient(admin_config(connection_of(cluster_id)))
-        futures = admin.describe_configs(
-            [ConfigResource(ConfigResource.Type.TOPIC, t) for t in wanted], request_timeout=2
-        )
-    except Exception:  # no admin client: nothing is known, nothing is claimed
-        return {**found, **{t: TopicLimit(None) for t in wanted}}
-    for resource, future in futures.items():
-        try:
-            limit = TopicLimit(int(future.result(timeout=2)["max.message.bytes"].value))
-        except KafkaException as exc:
-            code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
-            forbidden = code == KafkaError.TOPIC_AUTHORIZATION_FAILED
-            limit = TopicLimit(None, "TopicAuthorizationFailed" if forbidden else "")
-        except Exception:  # a timeout: unknown
-            limit = TopicLimit(None)
-        found[resource.name] = limit
-        cache.set(
-            f"dlq:topic-limit:{cluster_id or 0}:{resource.name}",
-            (limit.max_message_bytes, limit.problem),
-            LIMITS_CACHE_SECONDS,
-        )
-    return found
