@@ -34,6 +34,7 @@ import collections
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -43,7 +44,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -707,6 +708,25 @@ def burners(count: int) -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen([sys.executable, "-c", _BURN]) for _ in range(count)]
 
 
+def as_in_production(profile: Any) -> Any:
+    """``profile`` with its web serving as it does in production, which is what a console benchmark measures
+    (devstack's test profile serves with ``DJANGO_DEBUG=true``: every query logged, templates not cached):
+    ``DJANGO_DEBUG=false`` over plain HTTP on loopback (``STREAMFORGE_HTTPS=false``), under the stack's own
+    keys (its state folder's ``secret_key`` and ``audit_key``, made as the settings make them when missing) so
+    sessions and the audit chain stay one with the rest of the stack. Sets them in this process's environment,
+    which the services it starts and its helper scripts inherit."""
+    folder = profile.state_dir
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for name, variable in (("secret_key", "DJANGO_SECRET_KEY"), ("audit_key", "STREAMFORGE_AUDIT_KEY")):
+        path = folder / name
+        if not path.exists():
+            path.write_text(secrets.token_urlsafe(50))
+            path.chmod(0o600)
+        os.environ[variable] = path.read_text().strip()
+    os.environ["STREAMFORGE_HTTPS"] = "false"
+    return replace(profile, debug=False)
+
+
 def console(argv: list[str] | None = None) -> int:
     """``python -m bench.density console``: the console under load without drivers. On devstack's ``test``
     stack (PostgreSQL and the web, started when not running, stopped after; Kafka and Redis must answer:
@@ -723,6 +743,7 @@ def console(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default="")
     args = parser.parse_args(argv)
     stack = Stack(names=("postgres", "web"))
+    stack.profile = as_in_production(stack.profile)
     stack.up()
     spinning: list[subprocess.Popen[bytes]] = []
     try:
