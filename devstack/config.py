@@ -59,6 +59,10 @@ class Profile:
     """Whether the stack has the plain Celery ``worker`` (no runner name) of a single-host install."""
     postgres_only: bool = False
     """PostgreSQL whatever ``STREAMFORGE_DB`` says (several processes claim leases with conditional UPDATEs)."""
+    schema_registry: bool = True
+    """Whether the stack runs a schema registry (Apicurio, ``registry_port``) and gives its processes
+    ``SCHEMA_REGISTRY_URL``. The fault-injection stacks (chaos, cluster) do not: nothing there reads a schema
+    yet, and a third JVM starting beside their drivers would only slow a fault's recovery on two cores."""
     sinks: bool = False
     """Whether the stack runs the demo's notification receivers (``devstack.sinks``: a webhook receiver on
     ``webhook_sink_port``, an SMTP sink on ``smtp_sink_port``) and sends the processes' mail to the sink."""
@@ -205,6 +209,7 @@ PROFILES: dict[str, Profile] = {
         debug=True,
         runners=("runner-a", "runner-b"),
         postgres_only=True,
+        schema_registry=False,
     ),
     # Issue #29's local proof: no single control process, runner hosts with leases, executors on a Spark
     # standalone cluster. Webs on 38000 and 38001, the master on 37077 with its UI on 38080, workers' UIs
@@ -225,6 +230,7 @@ PROFILES: dict[str, Profile] = {
         spark_workers=2,
         plain_worker=False,
         postgres_only=True,
+        schema_registry=False,
     ),
 }
 

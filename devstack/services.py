@@ -270,7 +270,6 @@ def django_env(profile: Profile) -> dict[str, str]:
         "DATABASE_URL": profile.database_url,
         "REDIS_URL": profile.redis_url,
         "KAFKA_BOOTSTRAP_SERVERS": profile.kafka_bootstrap,
-        "SCHEMA_REGISTRY_URL": profile.schema_registry_url,
         "SPARK_MASTER": profile.spark_master_url or os.environ.get("SPARK_MASTER", "local[*]"),
         "STREAMFORGE_SPARK_JARS": ",".join(str(p) for p in jars.spark_jars()),
         "STREAMFORGE_STATE_DIR": str(profile.state_dir),
@@ -279,6 +278,8 @@ def django_env(profile: Profile) -> dict[str, str]:
         "STREAMFORGE_KAFKA_CREDENTIAL_DIRS": str(profile.state_dir / "kafka-credentials"),
         **secure_kafka_env(profile),
     }
+    if profile.schema_registry:
+        env["SCHEMA_REGISTRY_URL"] = profile.schema_registry_url
     archive = jars.driver_class_archive_path()
     if archive.is_file():  # dumped by `devstack system`: drivers start faster (pipelines.spark.class_archive)
         env["STREAMFORGE_DRIVER_CLASS_ARCHIVE"] = str(archive)
@@ -1016,7 +1017,7 @@ def services(profile: Profile, *, every: bool = False) -> list[Service]:
         _kafka(profile),
         *([_kafka_secure(profile)] if profile.secured_kafka else []),
         _redis(profile),
-        _registry(profile),
+        *([_registry(profile)] if profile.schema_registry or every else []),
         *([_sinks(profile)] if profile.sinks else []),
         *([_spark_master(profile)] if profile.spark_port else []),
         *(_spark_worker(profile, i) for i in range(1, profile.spark_workers + 1)),

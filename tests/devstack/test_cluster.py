@@ -68,7 +68,7 @@ def test_the_cluster_profile_runs_postgres_whatever_streamforge_db_says_and_an_o
 
 def test_cluster_services_in_start_order(cluster: config.Profile) -> None:
     assert [s.name for s in services(cluster)] == [
-        "postgres", "kafka", "redis", "registry", "spark-master", "spark-worker-1", "spark-worker-2",
+        "postgres", "kafka", "redis", "spark-master", "spark-worker-1", "spark-worker-2",
         "web-1", "web-2", *RUNNERS, "beat-1", "beat-2", "dlq-ingest",
     ]  # fmt: skip
     # The single-host profiles keep their one web, worker and beat; the chaos stack adds two runner hosts

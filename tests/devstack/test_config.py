@@ -32,3 +32,15 @@ def test_a_bad_offset_is_refused_with_its_value(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv(config.PORT_OFFSET_VARIABLE, raw)
     with pytest.raises(ValueError, match=config.PORT_OFFSET_VARIABLE):
         config.profile("test")
+
+
+@pytest.mark.parametrize(
+    ("name", "runs_one"), [("dev", True), ("test", True), ("chaos", False), ("cluster", False)]
+)
+def test_the_schema_registry_runs_where_something_reads_schemas(name: str, runs_one: bool) -> None:
+    from devstack import services
+
+    profile = config.PROFILES[name]
+    assert ("registry" in [s.name for s in services.services(profile)]) is runs_one
+    assert ("SCHEMA_REGISTRY_URL" in services.django_env(profile)) is runs_one
+    assert "registry" in [s.name for s in services.services(profile, every=True)]  # `down` stops any left
