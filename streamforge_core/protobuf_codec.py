@@ -14,8 +14,8 @@ re-implementation of protoc's semantic checks, where protoc is the reference for
 types, enums, oneof, maps, imports and the well-known types (their ``.proto`` files ship with grpcio-tools).
 Cost, measured on this machine: protoc 0.5 ms for a schema with an import and a well-known type (20 ms for
 the first call of a process), the pure-Python parser 20-100 ms for the same text and no descriptors; a
-subprocess protoc 400 ms. It is paid once per schema id (``protobuf_codec`` caches). A schema that does not
-compile raises ``SchemaCompileError`` with protoc's own messages (``schema.proto:2:26: "Unknown" is not
+subprocess protoc 400 ms. It is paid once per schema text (``protobuf_codec`` caches by content). A schema
+that does not compile raises ``SchemaCompileError`` with protoc's own messages (``schema.proto:2:26: "Unknown" is not
 defined.``), collected in-process (nothing is written to standard error).
 
 **Message indexes.** The Confluent wire format puts, between the schema id and the body, the list of
@@ -96,7 +96,7 @@ class SchemaCompileError(UnusableSchema):
 
 #: The name the schema's own text is compiled under (protoc needs a file name; references keep theirs).
 ROOT_FILE = "schema.proto"
-#: Compiled schemas and codecs kept per process (least recently used dropped first).
+#: Compiled schemas kept per process (least recently used dropped first).
 CACHE_SIZE = 512
 
 _WKT_INCLUDE = str(resources.files("grpc_tools") / "_proto")
@@ -798,8 +798,12 @@ class ProtobufCodec:
         return bytes(msg.SerializeToString(deterministic=True))
 
 
-_schemas: OrderedDict[tuple[str, int], descriptor_pool.DescriptorPool | SchemaCompileError] = OrderedDict()
-_codecs: OrderedDict[tuple[str, int, tuple[int, ...]], ProtobufCodec] = OrderedDict()
+#: Compiled schemas by content (the ``.proto`` text and its references; protoc's messages for one that did not
+#: compile), least recently used dropped first: one text compiles once whatever ids name it, and two
+#: registries' schema 7 are never taken for each other.
+_compiled: OrderedDict[tuple[str, tuple[tuple[str, str], ...]], descriptor_pool.DescriptorPool | str] = (
+    OrderedDict()
+)
 _cache_lock = threading.Lock()
 
 
@@ -808,39 +812,29 @@ def protobuf_codec(
     schema_str: str,
     references: Mapping[str, str],
     message_indexes: tuple[int, ...],
-    *,
-    registry: str = "",
 ) -> ProtobufCodec:
     """The codec of registry schema ``schema_id`` (its ``.proto`` text and references, see
-    ``compile_schema``) for the message type ``message_indexes`` select (``message_descriptor``), cached by
-    ``(registry, schema_id, message_indexes)`` (``()`` and ``(0,)`` share one) and the compiled schema by
-    ``(registry, schema_id)``: a registry never changes what an id names. ``registry`` tells registries
-    apart in a process that reads several (its URL, say): ids are numbered per registry. A schema that did
-    not compile is remembered too.
+    ``compile_schema``) for the message type ``message_indexes`` select (``message_descriptor``; ``()`` is
+    ``(0,)``). The compiled schema is cached by its content, a failure to compile too; the codecs are cached by
+    the caller (``schema_codecs.codec_for``, keyed by the whole registered schema). ``schema_id`` only names
+    the schema in errors.
 
-    Raises ``SchemaCompileError`` (a ``DecodeError``) ``"schema 7 does not compile: <protoc's messages>"``
+    Raises ``SchemaCompileError`` (an ``UnusableSchema``) ``"schema 7 does not compile: <protoc's messages>"``
     and ``DecodeError`` for indexes not in the schema."""
-    key = (registry, schema_id, tuple(message_indexes) or (0,))
+    key = (schema_str, tuple(sorted(references.items())))
     with _cache_lock:
-        codec = _codecs.get(key)
-        if codec is not None:
-            _codecs.move_to_end(key)
-            return codec
-        pool = _schemas.get((registry, schema_id))
+        pool = _compiled.get(key)
+        if pool is not None:
+            _compiled.move_to_end(key)
     if pool is None:
         try:
             pool = compile_schema(schema_str, references)
         except SchemaCompileError as exc:
-            pool = SchemaCompileError(f"schema {schema_id} does not compile: {exc}")
+            pool = str(exc)
         with _cache_lock:
-            _schemas[registry, schema_id] = pool
-            while len(_schemas) > CACHE_SIZE:
-                _schemas.popitem(last=False)
-    if isinstance(pool, SchemaCompileError):
-        raise SchemaCompileError(str(pool))
-    codec = ProtobufCodec(message_descriptor(pool, tuple(message_indexes), schema_id), pool, schema_id)
-    with _cache_lock:
-        _codecs[key] = codec
-        while len(_codecs) > CACHE_SIZE:
-            _codecs.popitem(last=False)
-    return codec
+            _compiled[key] = pool
+            while len(_compiled) > CACHE_SIZE:
+                _compiled.popitem(last=False)
+    if isinstance(pool, str):
+        raise SchemaCompileError(f"schema {schema_id} does not compile: {pool}")
+    return ProtobufCodec(message_descriptor(pool, tuple(message_indexes), schema_id), pool, schema_id)

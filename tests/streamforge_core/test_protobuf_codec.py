@@ -89,7 +89,7 @@ _ids = iter(range(9000, 10000))
 
 
 def codec(proto=ORDER_PROTO, refs=REFS, indexes=()):
-    """A codec under a schema id no other test uses (the cache is per id, as a registry's ids are)."""
+    """A codec under a schema id no other test uses."""
     return protobuf_codec(next(_ids), proto, refs, indexes)
 
 
@@ -228,10 +228,12 @@ def test_message_indexes_select_top_level_and_nested_types():
         protobuf_codec(7, ORDER_PROTO, REFS, (1, 1))
     reason = protobuf_codec(7, ORDER_PROTO, REFS, (1, 0))
     assert reason.message_name == "shop.Refund.Reason"
-    assert protobuf_codec(7, "ignored: cached by id", {}, (1, 0)) is reason
-    assert protobuf_codec(7, ORDER_PROTO, REFS, ()) is protobuf_codec(7, ORDER_PROTO, REFS, (0,))
+    # One text compiles once whatever id names it: the same pool, so the same message class.
+    assert protobuf_codec(12, ORDER_PROTO, REFS, (1, 0)).message_class is reason.message_class
+    assert protobuf_codec(7, ORDER_PROTO, REFS, ()).message_name == "shop.Order"
+    assert protobuf_codec(7, ORDER_PROTO, REFS, (0,)).message_name == "shop.Order"
     # Another registry's schema 7 is another schema.
-    assert protobuf_codec(7, ACTOR_PROTO, {}, (), registry="http://b").message_name == "common.Actor"
+    assert protobuf_codec(7, ACTOR_PROTO, {}, ()).message_name == "common.Actor"
 
 
 @pytest.mark.parametrize(
@@ -283,9 +285,13 @@ def test_a_schema_that_does_not_compile_gives_protocs_message():
         protobuf_codec(8, 'syntax = "proto3";\nmessage B { int64 x = 1; Unknown y = 2; }\n', {}, ())
     assert str(refused.value) == 'schema 8 does not compile: schema.proto:2:26: "Unknown" is not defined.'
     assert isinstance(refused.value, UnusableSchema)  # the schema's fault, not the record's
-    # Remembered, not compiled again.
-    with pytest.raises(SchemaCompileError, match="schema 8 does not compile"):
-        protobuf_codec(8, ACTOR_PROTO, {}, ())
+    # Remembered, not compiled again, whatever id names it.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            "streamforge_core.protobuf_codec.compile_schema", lambda *_: pytest.fail("compiled again")
+        )
+        with pytest.raises(SchemaCompileError, match=r"^schema 9 does not compile: schema\.proto:2:26"):
+            protobuf_codec(9, 'syntax = "proto3";\nmessage B { int64 x = 1; Unknown y = 2; }\n', {}, ())
     with pytest.raises(
         SchemaCompileError,
         match=r'^common/actor\.proto: File not found\.\nschema\.proto:4:1: Import "common/actor\.proto" was not found',
