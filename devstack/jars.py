@@ -124,6 +124,22 @@ def spark_connector_jars() -> list[Path]:
     return sorted(target.glob("*.jar"))
 
 
+def spark_avro_jar() -> Path:
+    """Spark's ``spark-avro_2.13`` for the installed pyspark (Maven Central), fetched on first use: only
+    ``bench.registry_source_measure`` uses it. Raises JarFetchError."""
+    spark = spark_version()
+    target = _fetch(
+        MAVEN_DIR / "spark-avro.xml",
+        cache_dir() / f"spark-avro-{spark}",
+        [f"-Dspark.version={spark}", "-DincludeArtifactIds=spark-avro_2.13"],
+        spark,
+    )
+    found = sorted(target.glob("spark-avro_2.13-*.jar"))
+    if not found:  # pragma: no cover - Maven copied the dependency or failed above
+        raise JarFetchError(f"no spark-avro jar in {target}")
+    return found[0]
+
+
 def re2j_jar() -> Path:
     """RE2/J's jar (``com.google.re2j:re2j``, version pinned in ``devstack/maven/re2j.xml``), fetched on first
     use. Raises JarFetchError."""

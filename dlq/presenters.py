@@ -204,8 +204,11 @@ def payload_views(
 
 def editor_text(dead_letter: DeadLetter) -> tuple[str, str]:
     """The fix editor's starting text and mode (``json`` or ``text``): the current payload (the latest fix,
-    else the original), indented when it is JSON."""
+    else the original), indented when it is JSON; a registry-format payload as its decoded record."""
     value, _ = services.current_payload(dead_letter)
+    decoded = services.decoded_payload(dead_letter, value)
+    if decoded is not None and decoded.text is not None:  # a registry-format record: fixed as its JSON
+        value = decoded.text
     rendered = services.render_bytes(value)
     if rendered.encoding == "json":
         return rendered.text, "json"

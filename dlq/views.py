@@ -34,7 +34,7 @@ from dlq.models import (
 )
 from dlq.services import kafka_io
 from pipelines.diffs import diff_lines
-from pipelines.models import Pipeline
+from pipelines.models import DEFAULT_CLUSTER_NAME, Pipeline
 
 #: Bulk actions in these states may still change, so the bulk page keeps polling them.
 BULK_LIVE_STATES = (BulkState.AWAITING_APPROVAL, BulkState.QUEUED, BulkState.RUNNING)
@@ -106,15 +106,26 @@ def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
     roles = presenters.roles_of(request.user)
     can_operate = roles.at_least(dead_letter.team_id, Role.OPERATOR)
     editor_text, editor_mode = presenters.editor_text(dead_letter) if can_operate else ("", "text")
+    original = bytes(dead_letter.value) if dead_letter.value is not None else None
+    # A registry-format payload is shown (and masked) as its decoded record; the original bytes stay below.
+    decoded = services.decoded_payload(dead_letter, original)
+    shown = decoded.text if decoded is not None and decoded.text is not None else original
+    value_view = presenters.payload_views(shown, masking=masking)
     return render(
         request,
         "dlq/message.html",
         {
             "dl": dead_letter,
             "info": info,
-            "value": presenters.payload_views(
-                bytes(dead_letter.value) if dead_letter.value is not None else None, masking=masking
-            ),
+            "value": value_view,
+            "decoded": decoded,
+            "schema_cluster": dead_letter.pipeline.cluster.name
+            if dead_letter.pipeline is not None and dead_letter.pipeline.cluster is not None
+            else DEFAULT_CLUSTER_NAME,
+            # The framed bytes as stored, unless the viewer sees the payload masked or not at all.
+            "original_hex": services.hex_dump(original or b"")
+            if decoded is not None and decoded.decoded and not value_view.masked and not value_view.withheld
+            else "",
             "key": presenters.payload_views(
                 bytes(dead_letter.key) if dead_letter.key is not None else None, masking=masking, key=True
             ),

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pipelines.spec import COMMIT_KINDS, DELIVERY_MODES, DESTINATION_KEYS
 from streamforge_core import json_depth
+from streamforge_core.record_formats import FORMATS
 from streamforge_core.text import UNENCODABLE, unencodable_path
 
 #: The input that says which editor the draft comes from: the structured ``form`` or the ``json`` textarea.
@@ -73,6 +74,14 @@ def _source_and_policy_fields() -> list[EditorSection]:
                 ),
                 EditorField(
                     "source.max_record_bytes", "Largest record (bytes)", "number", placeholder="1048576"
+                ),
+                EditorField(
+                    "source.format",
+                    "Record format",
+                    "select",
+                    choices=FORMATS,
+                    help="avro, protobuf, json_schema: Confluent-framed, decoded through the cluster's schema "
+                    "registry with each record's own writer schema; the DSL sees the decoded record as JSON",
                 ),
             ],
         ),
@@ -188,6 +197,15 @@ def destination_fields(index: int | str) -> list[EditorField]:
             help="one per line: name: FROM:/path | COPY:other | REMOVE",
         ),
         EditorField(f"{p}.timestamp", "Timestamp", "dsl", dsl_kind="timestamp", placeholder="PRESERVE"),
+        EditorField(
+            f"{p}.format",
+            "Write as",
+            "select",
+            choices=FORMATS,
+            help="a registry format encodes the transformed record with the subject's latest schema; "
+            "a record that does not fit goes to the DLQ as SchemaValidation",
+        ),
+        EditorField(f"{p}.subject", "Subject", "text", help="registry formats only; blank: <topic>-value"),
     ]
 
 

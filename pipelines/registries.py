@@ -49,8 +49,10 @@ from pipelines.clusters import (
     validate_registry,
 )
 from pipelines.models import KafkaCluster, Pipeline
+from streamforge_core.record_formats import shared_registry
 from streamforge_core.schema_registry import (
     NotARegistry,
+    RegisteredSchema,
     RegistryAuthFailed,
     RegistryConnection,
     RegistryError,
@@ -228,3 +230,11 @@ def subjects(cluster: KafkaCluster | None) -> list[SubjectSummary]:
     answer."""
     with SchemaRegistry(registry_for(cluster)) as registry:
         return registry.subject_summaries()
+
+
+def schema(cluster: KafkaCluster | None, schema_id: int) -> RegisteredSchema:
+    """Schema ``schema_id`` of the cluster's registry (text, type, references, subject and version), from
+    the process's shared client (``record_formats.shared_registry``: cached by id). Raises what
+    ``registry_for`` raises, ``schema_registry.UnknownSchema`` for an id the registry does not have, and
+    ``RegistryError`` when it cannot answer."""
+    return shared_registry(registry_for(cluster)).lookup(schema_id)

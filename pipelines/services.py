@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import difflib
 import json
 import time
@@ -24,9 +25,12 @@ from access.models import Role, Team
 from access.permissions import require_role
 from pipelines import dlq_owners
 from pipelines.dsl import Message, Outcome, evaluate_destination
+from pipelines.formats import PipelineFormats
 from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster, Pipeline, PipelineRevision
-from pipelines.spec import PipelineSpec, SpecError, parse_spec
+from pipelines.spec import DestinationConfig, PipelineSpec, SpecError, parse_spec
 from pipelines.supervision.status import announce_status
+from streamforge_core import contract as c
+from streamforge_core.codec_errors import DecodeError, SchemaValidation
 from streamforge_core.kafka import KafkaConnection
 from streamforge_core.text import UNENCODABLE, is_encodable, unencodable_path
 
@@ -322,27 +326,74 @@ def _result(dest_name: str, topic: str, outcome: Outcome) -> DestinationResult:
 
 
 def dry_run(
-    *, spec: PipelineSpec, messages: Sequence[Message], now_ms: int | None = None
+    *,
+    spec: PipelineSpec,
+    messages: Sequence[Message],
+    now_ms: int | None = None,
+    formats: PipelineFormats | None = None,
 ) -> list[list[DestinationResult]]:
     """Run every message through every destination with the pure-Python evaluator, writing nothing.
 
     Returns one list per message, one DestinationResult per destination in spec order. The evaluator is the
     same code whose agreement with the Spark compilation is property-tested, so this is what the running
     pipeline would do (CACHE_* forms see an empty store).
+
+    ``formats`` (``pipelines.formats.formats_for``; needed when the spec uses a registry format) does what
+    the pipeline's decoder and writer do around the evaluator: a registry-format source value is decoded
+    with its writer schema first (one that does not decode is ``MessageDeserialization`` at every
+    destination, with the reason), and a record produced for a registry-format destination is encoded with
+    its subject's latest schema (one that does not fit is ``SchemaValidation``). Without ``formats`` such a
+    spec's values are evaluated as they are. Raises ``formats.RegistryUnreachable``.
     """
     now = now_ms if now_ms is not None else int(time.time() * 1000)
-    compiled = [(d.name, d.topic, d.compiled()) for d in spec.destinations]
-    return [
-        [
-            _result(
-                name,
-                topic,
+    compiled = [(d, d.compiled()) for d in spec.destinations]
+    runs: list[list[DestinationResult]] = []
+    for message in messages:
+        if formats is not None and formats.reads_registry:
+            try:
+                message = dataclasses.replace(message, value=formats.decoded_text(message.value))
+            except DecodeError as exc:
+                runs.append([_undecodable(d.name, d.topic, exc.reason) for d in spec.destinations])
+                continue
+        per_destination = []
+        for config, dest in compiled:
+            result = _result(
+                config.name,
+                config.topic,
                 evaluate_destination(dest, message, error_handling=spec.error_handling, now_ms=now),
             )
-            for name, topic, dest in compiled
-        ]
-        for message in messages
-    ]
+            if formats is not None and config.format != "json" and result.outcome == "produced":
+                result = _encoded(formats, config, result)
+            per_destination.append(result)
+        runs.append(per_destination)
+    return runs
+
+
+def _undecodable(name: str, topic: str, reason: str) -> DestinationResult:
+    return DestinationResult(
+        name, topic, "dead_lettered", None, None, {}, None, c.MESSAGE_DESERIALIZATION, reason
+    )
+
+
+def _encoded(
+    formats: PipelineFormats, dest: DestinationConfig, result: DestinationResult
+) -> DestinationResult:
+    """``result`` (produced) as the writer would send it to a registry-format destination: unchanged when
+    its value fits the subject's latest schema, else dead-lettered as ``SchemaValidation``."""
+    try:
+        formats.encode_for(dest, result.value or "")
+    except SchemaValidation as exc:
+        return dataclasses.replace(
+            result,
+            outcome="dead_lettered",
+            value=None,
+            key=None,
+            headers={},
+            timestamp=None,
+            error_type=c.SCHEMA_VALIDATION,
+            error_message=f"does not fit subject {dest.subject}: {exc}",
+        )
+    return result
 
 
 @dataclass(frozen=True)
@@ -373,11 +424,16 @@ class DryRunReport:
 
 
 def dry_run_report(
-    *, spec: PipelineSpec, messages: Sequence[Message], revision: int | None = None, now_ms: int | None = None
+    *,
+    spec: PipelineSpec,
+    messages: Sequence[Message],
+    revision: int | None = None,
+    now_ms: int | None = None,
+    formats: PipelineFormats | None = None,
 ) -> DryRunReport:
     """``dry_run`` with each message's results numbered and the outcomes counted; ``revision`` is the
     number of the revision ``spec`` came from (None for a draft). Writes nothing."""
-    results = dry_run(spec=spec, messages=messages, now_ms=now_ms)
+    results = dry_run(spec=spec, messages=messages, now_ms=now_ms, formats=formats)
     counts: Counter[str] = Counter(r.outcome for per_message in results for r in per_message)
     return DryRunReport(
         revision=revision,

@@ -10,9 +10,10 @@ Shape (defaults in brackets)::
 
     {
       "source": {"topics": ["in"], "starting_offsets": ["earliest"]|"latest", "consumer_group": [streamforge-<name>],
-                 "max_record_bytes": [1048576]},
+                 "max_record_bytes": [1048576], "format": ["json"]|"avro"|"protobuf"|"json_schema"},
       "destinations": [{"name": "pushes", "topic": "out", "filter": null, "transform": null, "key_transform": null,
-                        "headers": {}, "header_transforms": {}, "timestamp": ["PRESERVE"]}, ...],
+                        "headers": {}, "header_transforms": {}, "timestamp": ["PRESERVE"],
+                        "format": ["json"]|"avro"|"protobuf"|"json_schema", "subject": [<topic>-value]}, ...],
       "delivery": {"mode": ["at_least_once"]|"effectively_once"|"at_most_once",
                    "commit_strategy": {"kind": ["batch"], "max_records": [20000]}
                                     | {"kind": "time", "interval_ms": 1000, "max_records": ...}
@@ -25,6 +26,12 @@ Shape (defaults in brackets)::
       "error_handling": {"missing_field_behavior": ["error"]|"passthrough"|"null",
                          "null_value_behavior": ["passthrough"]|"error"}
     }
+
+Record formats (DESIGN.md "Record formats"): ``source.format`` other than ``json`` reads Confluent-framed
+records through the cluster's schema registry, each with its writer schema; a destination's ``format`` other
+than ``json`` writes its transformed records with ``subject``'s latest schema (``subject`` is null for
+``json``). A destination without a transform passes a registry-format source record's bytes on unchanged.
+Both need a Python worker, so ``low_latency`` refuses them.
 
 Delivery semantics follow the StreamForge delivery-guarantees spec (see ../shared/DESIGN.md): Kafka
 auto-commit is refused because it acknowledges records before they are processed, so it guarantees nothing.
@@ -50,6 +57,7 @@ from pipelines.dsl import (
 from pipelines.dsl import ast as dsl_ast
 from pipelines.dsl.python_forms import python_forms
 from streamforge_core.kafka import topic_name_problem
+from streamforge_core.record_formats import FORMATS, default_subject
 from streamforge_core.text import UNENCODABLE, unencodable_path
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
@@ -86,6 +94,13 @@ class SourceSpec:
     starting_offsets: Literal["earliest", "latest"]
     consumer_group: str
     max_record_bytes: int
+    #: ``json`` or a registry format (``streamforge_core.record_formats.FORMATS``).
+    format: str = "json"
+
+    @property
+    def uses_registry(self) -> bool:
+        """Do the source's records come Confluent-framed, through the schema registry?"""
+        return self.format != "json"
 
 
 @dataclass(frozen=True)
@@ -100,6 +115,10 @@ class DestinationConfig:
     headers: dict[str, str] = field(default_factory=dict)
     header_transforms: dict[str, str] = field(default_factory=dict)
     timestamp: str = "PRESERVE"
+    #: ``json`` or a registry format; ``subject`` (registry formats only) the subject whose latest schema
+    #: encodes the records, ``<topic>-value`` by default.
+    format: str = "json"
+    subject: str | None = None
 
     def compiled(self) -> DestinationSpec:
         """The DSL destination (parsed trees). Raises DslParseError, which ``parse_spec`` already ruled out."""
@@ -315,7 +334,9 @@ def parse_spec(data: object, *, pipeline_name: str) -> PipelineSpec:
     reader.unknown(data, {"source", "destinations", "delivery", "retry", "dlq", "error_handling"}, "")
 
     src = reader.section(data, "source", "")
-    reader.unknown(src, {"topics", "starting_offsets", "consumer_group", "max_record_bytes"}, "source")
+    reader.unknown(
+        src, {"topics", "starting_offsets", "consumer_group", "max_record_bytes", "format"}, "source"
+    )
     topics = reader.value(src, "topics", "source", list, [], required=True)
     for i, topic in enumerate(topics):
         if not isinstance(topic, str):
@@ -343,6 +364,7 @@ def parse_spec(data: object, *, pipeline_name: str) -> PipelineSpec:
         max_record_bytes=reader.value(
             src, "max_record_bytes", "source", int, 1_048_576, check=_between(1024, 100 * 1024 * 1024)
         ),
+        format=reader.value(src, "format", "source", str, "json", check=_one_of(*FORMATS)),
     )
 
     dlv = reader.section(data, "delivery", "")
@@ -392,6 +414,14 @@ def parse_spec(data: object, *, pipeline_name: str) -> PipelineSpec:
         header_transforms = _string_map(reader, raw, "header_transforms", path)
         for header, expr in header_transforms.items():
             _dsl(reader, f"{path}.header_transforms.{header}", expr, parse_header_transform)
+        dest_format = reader.value(raw, "format", path, str, "json", check=_one_of(*FORMATS))
+        subject = reader.value(raw, "subject", path, str, None, check=_subject)
+        if dest_format == "json" and subject is not None:
+            reader.error(
+                f"{path}.subject", "only a destination with a registry format (not json) has a subject"
+            )
+        if dest_format != "json" and subject is None and topic:
+            subject = default_subject(topic)
         destinations.append(
             DestinationConfig(
                 name=name,
@@ -402,6 +432,8 @@ def parse_spec(data: object, *, pipeline_name: str) -> PipelineSpec:
                 headers=headers,
                 header_transforms=header_transforms,
                 timestamp=timestamp,
+                format=dest_format,
+                subject=subject,
             )
         )
 
@@ -451,6 +483,7 @@ def parse_spec(data: object, *, pipeline_name: str) -> PipelineSpec:
 
     if commit.kind == "low_latency":
         _realtime_rules(reader, mode, destinations, error_handling)
+        _realtime_formats(reader, source, destinations)
     if reader.errors:
         raise SpecError(reader.errors)
     return PipelineSpec(
@@ -503,6 +536,24 @@ def _realtime_rules(
                 f"{where}{use.form} needs a Python UDF ({use.reason}), and low_latency (Spark real-time "
                 "mode) runs no Python operator: use a batch or time commit strategy, or another form",
             )
+
+
+def _realtime_formats(reader: _Reader, source: SourceSpec, destinations: list[DestinationConfig]) -> None:
+    """Registry formats decode and encode in a Python worker, which real-time mode's plan cannot hold."""
+    why = "registry formats are read and written by a Python worker, which low_latency (Spark real-time mode) runs none of: use a batch or time commit strategy"
+    if source.format != "json":
+        reader.error("source.format", why)
+    for i, dest in enumerate(destinations):
+        if dest.format != "json":
+            reader.error(f"destinations.{i}.format", why)
+
+
+def _subject(value: str) -> str | None:
+    if not value.strip() or len(value) > 255:
+        return "must be 1 to 255 characters, not only spaces"
+    if any(ord(ch) < 0x20 for ch in value):
+        return "must not contain control characters"
+    return None
 
 
 def _is_current(timestamp: str) -> bool:

@@ -54,6 +54,8 @@ JSON_PATH_NOT_FOUND: Final = "JsonPathNotFound"
 DECOMPRESSION: Final = "Decompression"
 RECORD_TOO_LARGE: Final = "RecordTooLarge"
 RETRY_EXHAUSTED: Final = "RetryExhausted"
+#: A transformed record that does not fit its destination subject's schema (DESIGN.md "Record formats").
+SCHEMA_VALIDATION: Final = "SchemaValidation"
 DLQ_ERROR_TYPES: Final = (
     MESSAGE_DESERIALIZATION,
     FILTER_EVALUATION,
@@ -62,6 +64,7 @@ DLQ_ERROR_TYPES: Final = (
     DECOMPRESSION,
     RECORD_TOO_LARGE,
     RETRY_EXHAUSTED,
+    SCHEMA_VALIDATION,
 )
 # These halt the pipeline instead of dead-lettering: never silently drop.
 CONFIG: Final = "Config"

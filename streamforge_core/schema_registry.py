@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,6 +120,48 @@ class RegistryConnection:
 
     def __repr__(self) -> str:  # the password never reaches a log line through repr()
         return f"RegistryConnection(url={self.url!r}, username={self.username!r}, password={'***' if self.password else ''!r})"
+
+
+#: The variables ``registry_environment`` writes and ``registry_from_environment`` reads (the default cluster's
+#: registry is configured with the same names, ``pipelines.registries.default_registry``).
+REGISTRY_ENV: dict[str, str] = {
+    "url": "SCHEMA_REGISTRY_URL",
+    "username": "SCHEMA_REGISTRY_USERNAME",
+    "password": "SCHEMA_REGISTRY_PASSWORD",
+    "ca_file": "SCHEMA_REGISTRY_SSL_CA_LOCATION",
+    "cert_file": "SCHEMA_REGISTRY_SSL_CERTIFICATE_LOCATION",
+    "key_file": "SCHEMA_REGISTRY_SSL_KEY_LOCATION",
+}
+
+
+def registry_environment(connection: RegistryConnection) -> dict[str, str]:
+    """``connection`` as ``SCHEMA_REGISTRY_*`` variables: how a runner hands a pipeline's registry to its Spark
+    driver without a password on the command line (the environment is readable by the driver's user only).
+    Empty settings are left out."""
+    return {
+        name: str(getattr(connection, field))
+        for field, name in REGISTRY_ENV.items()
+        if getattr(connection, field)
+    }
+
+
+def registry_from_environment(environ: Mapping[str, str]) -> RegistryConnection | None:
+    """The registry ``registry_environment`` described, or None without ``SCHEMA_REGISTRY_URL``."""
+    url = environ.get(REGISTRY_ENV["url"], "").strip()
+    if not url:
+        return None
+
+    def get(field: str) -> str:
+        return environ.get(REGISTRY_ENV[field], "")
+
+    return RegistryConnection(
+        url=url,
+        username=get("username"),
+        password=get("password"),
+        ca_file=get("ca_file"),
+        cert_file=get("cert_file"),
+        key_file=get("key_file"),
+    )
 
 
 class RegistryError(Exception):

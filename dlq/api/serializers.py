@@ -119,11 +119,14 @@ class PayloadField(serializers.Field):  # type: ignore[type-arg]
 
 
 class FixSerializer(serializers.Serializer[dict[str, Any]]):
-    """``POST .../fix/``: ``value`` (JSON or raw text) or ``value_base64`` (raw bytes), and a reason."""
+    """``POST .../fix/``: ``value`` (JSON or raw text) or ``value_base64`` (raw bytes), and a reason. For a
+    pipeline that reads a registry format, ``value`` is the decoded record's JSON, framed again with the
+    record's writer schema, or with ``schema_version`` of its subject (checked for compatibility)."""
 
     value = PayloadField(required=False)
     value_base64 = serializers.CharField(required=False)
     reason = serializers.CharField(max_length=2000)
+    schema_version = serializers.IntegerField(required=False, min_value=1, max_value=2**31 - 1)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         return _one_payload(attrs)
@@ -142,11 +145,12 @@ def _one_payload(attrs: dict[str, Any]) -> dict[str, Any]:
 
 
 class CheckSerializer(serializers.Serializer[dict[str, Any]]):
-    """``POST .../check/``: a draft payload, ``value`` (JSON or raw text) or ``value_base64``; nothing is
-    stored."""
+    """``POST .../check/``: a draft payload, ``value`` (JSON or raw text) or ``value_base64``, and for a
+    registry-format pipeline an optional ``schema_version`` (as for a fix); nothing is stored."""
 
     value = PayloadField(required=False)
     value_base64 = serializers.CharField(required=False)
+    schema_version = serializers.IntegerField(required=False, min_value=1, max_value=2**31 - 1)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         return _one_payload(attrs)

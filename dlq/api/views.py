@@ -3,7 +3,7 @@ approvals, failure groups, bulk actions, runbooks and extra DLQ topics.
 
 Views validate request shapes and call ``dlq.services``; service errors map to HTTP as
 InvalidRequest/FilterError -> 400 ``{field: [reason]}``, PermissionDenied -> 403, Conflict -> 409,
-ReplayFailed -> 503. Objects of other teams are 404, as if they did not exist.
+ReplayFailed and RegistryUnavailable -> 503. Objects of other teams are 404, as if they did not exist.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ class ServiceErrorsMixin:
             return Response({"detail": str(exc), "would_fail": exc.failures}, status=status.HTTP_409_CONFLICT)
         if isinstance(exc, services.Conflict):
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
-        if isinstance(exc, services.ReplayFailed):
+        if isinstance(exc, services.ReplayFailed | services.RegistryUnavailable):
             return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
         return super().handle_exception(exc)  # type: ignore[misc, no-any-return]
 
@@ -240,6 +240,7 @@ class DeadLetterViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[DeadLe
             dead_letter=self._dead_letter(pk),
             value=serializer.validated_data["value"],
             reason=serializer.validated_data["reason"],
+            schema_version=serializer.validated_data.get("schema_version"),
         )
         return Response(FixResultSerializer(revision).data, status=status.HTTP_201_CREATED)
 
@@ -251,7 +252,10 @@ class DeadLetterViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[DeadLe
         serializer = CheckSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         result = services.check_draft(
-            actor=request.user, dead_letter=self._dead_letter(pk), value=serializer.validated_data["value"]
+            actor=request.user,
+            dead_letter=self._dead_letter(pk),
+            value=serializer.validated_data["value"],
+            schema_version=serializer.validated_data.get("schema_version"),
         )
         return Response(CheckResultSerializer(result).data)
 

@@ -23,7 +23,8 @@ One module per workflow; this package re-exports their public names, so ``servic
 - ``retention``: retention policies and the purge of closed dead letters;
 - ``notify``: after-commit notifications of the console pages;
 - ``exports``: CSV / JSON Lines export of a filter's dead letters, masked and audited;
-- ``errors``: InvalidRequest (400), Conflict (409), ReplayFailed (503).
+- ``decoded``: a registry-format payload decoded with its writer schema, and a JSON fix framed again;
+- ``errors``: InvalidRequest (400), Conflict (409), ReplayFailed and RegistryUnavailable (503).
 """
 
 from dlq.services.admin import Recount, delete_runbook, recount, register_topic, runbooks_for, save_runbook
@@ -49,7 +50,8 @@ from dlq.services.bulk_fix import (
     parse_fix,
     preview_bulk_fix,
 )
-from dlq.services.errors import Conflict, InvalidRequest, ReplayFailed, WouldFailAgain
+from dlq.services.decoded import DecodedPayload, decoded_payload, stored_fix
+from dlq.services.errors import Conflict, InvalidRequest, RegistryUnavailable, ReplayFailed, WouldFailAgain
 from dlq.services.exports import EXPORT_MAX_ROWS, DeadLetterExport, export_dead_letters
 from dlq.services.fixes import (
     DestinationOutcome,
@@ -114,6 +116,7 @@ __all__ = [
     "BulkTransition",
     "Conflict",
     "DeadLetterExport",
+    "DecodedPayload",
     "DestinationOutcome",
     "DlqCoordinates",
     "DraftCheck",
@@ -126,6 +129,7 @@ __all__ = [
     "PayloadRevisionView",
     "ProducedAt",
     "Recount",
+    "RegistryUnavailable",
     "RenderedBytes",
     "RenderedHeader",
     "ReplayFailed",
@@ -145,6 +149,7 @@ __all__ = [
     "create_bulk_fix",
     "current_payload",
     "decode_headers",
+    "decoded_payload",
     "delete_runbook",
     "export_dead_letters",
     "fix_payload",
@@ -175,6 +180,7 @@ __all__ = [
     "set_policy",
     "skip",
     "stale_bulk_ids",
+    "stored_fix",
     "visible_dead_letters",
     "withheld_payload",
     "would_fail_again",

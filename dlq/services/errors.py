@@ -17,6 +17,11 @@ class Conflict(Exception):
     """The dead letter, approval or bulk action is not in a state that allows this (HTTP 409)."""
 
 
+class RegistryUnavailable(Exception):
+    """The pipeline's schema registry is not configured, not approved or cannot answer now (HTTP 503): a
+    registry-format payload cannot be read or framed; nothing about the dead letter changed."""
+
+
 class ReplayFailed(Exception):
     """The broker did not acknowledge the replayed record (HTTP 503); the dead letter is PARKED again."""
 

@@ -23,11 +23,12 @@ from access.permissions import AnyUser, require_role
 from dlq import headers
 from dlq.models import DeadLetter, PayloadRevision, Status
 from dlq.services import kafka_io
-from dlq.services.errors import Conflict, InvalidRequest
+from dlq.services.decoded import current_spec, decoded_payload, pipeline_formats, stored_fix
+from dlq.services.errors import Conflict, InvalidRequest, RegistryUnavailable
 from dlq.services.rendering import decode_headers, render_bytes
 from pipelines.dsl import Message
+from pipelines.formats import RegistryUnreachable
 from pipelines.services import DestinationResult, dry_run
-from pipelines.spec import SpecError
 from streamforge_core import contract as c
 from streamforge_core.kafka import record_size
 
@@ -124,16 +125,16 @@ def check_payload(*, dead_letter: DeadLetter, value: bytes) -> PayloadCheck | No
     job has (property-tested), then each produced record against its topic's ``max.message.bytes`` read
     from the broker (``kafka_io.topic_limits``, cached briefly): larger is ``RecordTooLarge``, as the
     driver dead-letters it. A payload that does not parse is ``MessageDeserialization`` at every destination
-    (the evaluator's). None when the dead letter has no pipeline (a foreign DLQ), the pipeline no
-    revision, or the revision no longer passes validation.
+    (the evaluator's). For a registry-format pipeline the payload is decoded with its writer schema first
+    and a registry-format destination's record encoded, as the pipeline does (``services.dry_run``'s
+    ``formats``). None when the dead letter has no pipeline (a foreign DLQ), the pipeline no
+    revision, or the revision no longer passes validation. Raises ``errors.RegistryUnavailable``.
     """
-    pipeline = dead_letter.pipeline
-    if pipeline is None or pipeline.current_revision is None:
+    spec = current_spec(dead_letter)
+    if spec is None:
         return None
-    try:
-        spec = pipeline.current_revision.parsed
-    except SpecError:
-        return None
+    assert dead_letter.pipeline is not None
+    assert dead_letter.pipeline.current_revision is not None
     raw_headers = headers.original_headers(decode_headers(dead_letter.headers))
     timestamp = int(dead_letter.dlq_timestamp.timestamp() * 1000) if dead_letter.dlq_timestamp else None
     message = Message(
@@ -142,7 +143,10 @@ def check_payload(*, dead_letter: DeadLetter, value: bytes) -> PayloadCheck | No
         headers=tuple(raw_headers),
         timestamp_ms=timestamp,
     )
-    results = dry_run(spec=spec, messages=[message])[0]
+    try:
+        results = dry_run(spec=spec, messages=[message], formats=pipeline_formats(dead_letter))[0]
+    except RegistryUnreachable as exc:
+        raise RegistryUnavailable(str(exc)) from None
     limits = kafka_io.topic_limits([r.topic for r in results], dead_letter.cluster_id)
     lineage = (
         c.H_LINEAGE,
@@ -151,7 +155,7 @@ def check_payload(*, dead_letter: DeadLetter, value: bytes) -> PayloadCheck | No
     results = [_within_limit(r, limits.get(r.topic), lineage) for r in results]
     return PayloadCheck(
         would_pass=all(r.outcome != "dead_lettered" for r in results),
-        revision=pipeline.current_revision.number,
+        revision=dead_letter.pipeline.current_revision.number,
         destinations=tuple(
             DestinationOutcome(
                 destination=r.destination,
@@ -214,29 +218,51 @@ def for_its_replay(dead_letter: DeadLetter, check: PayloadCheck | None) -> Paylo
     )
 
 
-def check_draft(*, actor: AnyUser, dead_letter: DeadLetter, value: bytes) -> DraftCheck:
+def check_draft(
+    *, actor: AnyUser, dead_letter: DeadLetter, value: bytes, schema_version: int | None = None
+) -> DraftCheck:
     """What saving ``value`` as a fix would give, without storing anything (see ``DraftCheck``; the check
     lists the destinations its replay is for, ``for_its_replay``). Needs the operator role, like the fix it
-    previews. Raises PermissionDenied."""
+    previews. For a registry-format pipeline ``value`` is the decoded record's JSON, framed as
+    ``decoded.stored_fix`` would store it (``schema_version``: a later version of its subject). Raises
+    PermissionDenied, InvalidRequest (a value that does not fit the schema), RegistryUnavailable."""
     require_role(actor, dead_letter.team, Role.OPERATOR)
     original = bytes(dead_letter.value) if dead_letter.value is not None else None
     current, _ = current_payload(dead_letter)
+    stored = stored_fix(dead_letter, value, version=schema_version)
     return DraftCheck(
-        check=for_its_replay(dead_letter, check_payload(dead_letter=dead_letter, value=value)),
-        diff=payload_diff(original, value),
-        unchanged=current == value,
+        check=for_its_replay(dead_letter, check_payload(dead_letter=dead_letter, value=stored)),
+        diff=payload_diff(_shown(dead_letter, original), _shown(dead_letter, stored) or b""),
+        unchanged=current == stored,
     )
 
 
-def fix_payload(*, actor: User, dead_letter: DeadLetter, value: bytes, reason: str) -> PayloadRevision:
+def _shown(dead_letter: DeadLetter, value: bytes | None) -> bytes | None:
+    """``value`` as a diff compares it: decoded JSON for a registry-format payload that decodes."""
+    decoded = decoded_payload(dead_letter, value)
+    return decoded.text if decoded is not None and decoded.text is not None else value
+
+
+def fix_payload(
+    *,
+    actor: User,
+    dead_letter: DeadLetter,
+    value: bytes,
+    reason: str,
+    schema_version: int | None = None,
+) -> PayloadRevision:
     """Store a new payload revision (the original and earlier fixes are kept) with its diff against the
     previous payload and the DSL check of the new one (``PayloadCheck.to_json()``, ``{}`` when there is
-    nothing to check against). Needs the operator role; the dead letter must be PARKED.
-    Raises InvalidRequest (no reason, payload unchanged), Conflict, PermissionDenied.
+    nothing to check against). Needs the operator role; the dead letter must be PARKED. For a
+    registry-format pipeline ``value`` is JSON and is stored framed with the record's writer schema, or
+    ``schema_version`` of its subject (``decoded.stored_fix``); the diff compares the decoded records.
+    Raises InvalidRequest (no reason, payload unchanged, a value that does not fit its schema, naming the
+    field), Conflict, PermissionDenied, RegistryUnavailable.
     """
     require_role(actor, dead_letter.team, Role.OPERATOR)
     if not reason.strip():
         raise InvalidRequest("reason", "say why the payload is changed")
+    value = stored_fix(dead_letter, value, version=schema_version)
     with transaction.atomic():
         # Only the dead letter's row is locked: the pipeline and its revision are read for the check, and
         # PostgreSQL refuses FOR UPDATE on the nullable side of the outer join to them anyway.
@@ -255,7 +281,7 @@ def fix_payload(*, actor: User, dead_letter: DeadLetter, value: bytes, reason: s
             dead_letter=locked,
             number=(latest.number + 1) if latest else 1,
             value=value,
-            diff=payload_diff(previous, value),
+            diff=payload_diff(_shown(locked, previous), _shown(locked, value) or b""),
             reason=reason.strip(),
             author=actor,
             dsl_check=check.to_json() if check is not None else {},

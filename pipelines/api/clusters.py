@@ -25,7 +25,7 @@ from pipelines import clusters, registries
 from pipelines.api.serializers import ErrorDetailSerializer
 from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster
 from streamforge_core.kafka import SASL_MECHANISMS, SECURITY_PROTOCOLS
-from streamforge_core.schema_registry import RegistryError
+from streamforge_core.schema_registry import RegistryError, UnknownSchema
 
 
 class ClusterSerializer(serializers.Serializer[clusters.ClusterSettings]):
@@ -109,6 +109,28 @@ class SubjectSerializer(serializers.Serializer[Any]):
     schema_type = serializers.CharField()
 
 
+class SchemaReferenceSerializer(serializers.Serializer[Any]):
+    """A schema another refers to: the ``name`` it is imported by, where it is registered, its text."""
+
+    name = serializers.CharField()
+    subject = serializers.CharField()
+    version = serializers.IntegerField()
+    schema_str = serializers.CharField()
+
+
+class RegisteredSchemaSerializer(serializers.Serializer[Any]):
+    """One registered schema: ``schema_id``, ``schema_type`` (AVRO, PROTOBUF, JSON), its text, its references
+    (transitively, dependencies first), and the ``subject``/``version`` the registry files it under (null
+    when it does not say)."""
+
+    schema_id = serializers.IntegerField()
+    schema_type = serializers.CharField()
+    schema_str = serializers.CharField()
+    references = SchemaReferenceSerializer(many=True)
+    subject = serializers.CharField(allow_null=True)
+    version = serializers.IntegerField(allow_null=True)
+
+
 class ProblemSerializer(serializers.Serializer[Any]):
     """One problem found: ``kind`` (unreachable, tls, authentication, authorization, missing_topic), the
     ``topic`` it is about (empty: the cluster) and the sentence to show."""
@@ -159,16 +181,16 @@ def _field_errors(exc: clusters.ClusterError) -> Response:
 
 
 class ClusterViewSet(viewsets.ViewSet):
-    """``/api/clusters/``: Kafka clusters, by name. Every action needs the admin role; changes are
-    audited (``kafka_cluster.*``)."""
+    """``/api/clusters/``: Kafka clusters, by name. Every action needs the admin role, except reading the
+    registry's subjects and schemas (``may_see_subjects``); changes are audited (``kafka_cluster.*``)."""
 
     lookup_field = "name"
     lookup_value_regex = r"[a-z0-9][a-z0-9-]{0,62}"
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
-        # subjects/ is for whoever may browse the cluster's topics; it checks that itself
-        if self.action != "subjects" and not is_admin(request.user):
+        # subjects/ and schemas/{id}/ are for whoever may browse the cluster's topics; they check that
+        if self.action not in ("subjects", "registered_schema") and not is_admin(request.user):
             raise PermissionDenied("Kafka clusters are managed by admins")
 
     def _row(self, name: str) -> KafkaCluster | None:
@@ -305,6 +327,25 @@ class ClusterViewSet(viewsets.ViewSet):
         ) as exc:  # not approved, a password that cannot be read, unreachable
             return Response({"detail": f"the schema registry cannot answer: {exc}"}, status=503)
         return Response(SubjectSerializer(found, many=True).data)
+
+    @extend_schema(request=None, responses={200: RegisteredSchemaSerializer, 503: ErrorDetailSerializer})
+    @action(detail=True, methods=["get"], url_path=r"schemas/(?P<schema_id>[0-9]{1,10})", url_name="schema")
+    def registered_schema(self, request: Request, name: str, schema_id: str) -> Response:
+        """Schema ``schema_id`` of the cluster's registry: its text, type, references and where it is filed
+        (what the DLQ console links a decoded payload to). Who may see it and the 404/503 answers are as for
+        ``subjects``; 404 also for an id the registry does not have."""
+        row = self._row(name)
+        if not registries.may_see_subjects(request.user, row):
+            raise NotFound(f"no Kafka cluster named {name!r}")
+        try:
+            found = registries.schema(row, int(schema_id))
+        except registries.RegistryNotConfigured as exc:
+            raise NotFound(str(exc)) from None
+        except UnknownSchema as exc:
+            raise NotFound(str(exc)) from None
+        except (ValueError, RegistryError) as exc:
+            return Response({"detail": f"the schema registry cannot answer: {exc}"}, status=503)
+        return Response(RegisteredSchemaSerializer(found).data)
 
     @extend_schema(request=None, responses={200: ClusterCheckSerializer})
     @action(detail=True, methods=["post"])

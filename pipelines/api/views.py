@@ -40,7 +40,8 @@ from pipelines.api.serializers import (
     ValidateRequestSerializer,
     ValidateResponseSerializer,
 )
-from pipelines.models import Pipeline
+from pipelines.formats import RegistryUnreachable, formats_for
+from pipelines.models import KafkaCluster, Pipeline
 from pipelines.progress import pipeline_metrics
 from pipelines.selectors import with_latest_runs
 from pipelines.services import (
@@ -159,12 +160,25 @@ class ValidateView(APIView):
         )
 
 
-def _dry_run(spec: PipelineSpec, revision: int | None, data: dict[str, Any]) -> Response:
+def _dry_run(
+    spec: PipelineSpec, revision: int | None, data: dict[str, Any], cluster: KafkaCluster | None = None
+) -> Response:
+    """A dry run's answer; registry formats through ``cluster``'s registry (None: the default cluster's),
+    503 when it is needed and cannot serve."""
     try:
         messages = [sample_message(raw, index=i) for i, raw in enumerate(data["messages"])]
     except SampleError as exc:
         return Response({f"messages.{exc.index}.{exc.field}": [str(exc)]}, status=400)
-    report = dry_run_report(spec=spec, messages=messages, revision=revision, now_ms=data.get("now"))
+    try:
+        report = dry_run_report(
+            spec=spec,
+            messages=messages,
+            revision=revision,
+            now_ms=data.get("now"),
+            formats=formats_for(spec, cluster),
+        )
+    except RegistryUnreachable as exc:
+        return Response({"detail": f"schema registry: {exc}"}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
     return Response(DryRunReportSerializer(report).data)
 
 
@@ -179,7 +193,10 @@ class DryRunView(APIView):
     throttle_classes = DSL_THROTTLES
     throttle_scope = DSL_SCOPE
 
-    @extend_schema(request=DryRunRequestSerializer, responses={200: DryRunReportSerializer})
+    @extend_schema(
+        request=DryRunRequestSerializer,
+        responses={200: DryRunReportSerializer, 503: ErrorDetailSerializer},
+    )
     def post(self, request: Request, name: str) -> Response:
         pipeline = get_object_or_404(Pipeline.objects.select_related("team", "current_revision"), name=name)
         if not has_role(request.user, pipeline.team, Role.VIEWER):
@@ -199,7 +216,7 @@ class DryRunView(APIView):
                 return Response({"spec": ["the pipeline has no revision yet; send a draft spec"]}, status=400)
         except SpecError as exc:
             return _spec_errors(exc)
-        return _dry_run(spec, revision_number, data)
+        return _dry_run(spec, revision_number, data, pipeline.cluster)
 
 
 class DraftDryRunView(APIView):
@@ -212,7 +229,10 @@ class DraftDryRunView(APIView):
     throttle_classes = DSL_THROTTLES
     throttle_scope = DSL_SCOPE
 
-    @extend_schema(request=DraftDryRunRequestSerializer, responses={200: DryRunReportSerializer})
+    @extend_schema(
+        request=DraftDryRunRequestSerializer,
+        responses={200: DryRunReportSerializer, 503: ErrorDetailSerializer},
+    )
     def post(self, request: Request) -> Response:
         serializer = DraftDryRunRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)

@@ -1696,6 +1696,7 @@ def stage_destinations(
     now_ms: Column,
     store_factory: Callable[[], KeyValueStore] | None = None,
     exact_deserialization: bool = True,
+    decode_error: Column | None = None,
 ) -> tuple[DataFrame, list[CompiledDestination]]:
     """Add to ``frame`` (Kafka source schema) the parsed value (``__v``, ``__de``) and every destination's
     intermediate stages; return the frame and, per destination, the final columns to select from it.
@@ -1703,6 +1704,8 @@ def stage_destinations(
     This is the plan the driver runs (see :class:`DestinationStages`); tests use it too, so what is
     property-tested against the evaluator is what runs in pipelines. ``exact_deserialization=False``: see
     :func:`lenient_parse_stages` (the rows then need the writer's check before they are final).
+    ``decode_error``: for a registry-format source (``source.value`` is then the decoded JSON text, null
+    where the record did not decode), why the record did not decode; it replaces the parse's reason.
     """
     value_col, error_col = F.col("__v"), F.col("__de")
     staged = [
@@ -1720,6 +1723,8 @@ def stage_destinations(
     ]
     for stage in parse_stages(source, exact=exact_deserialization):
         frame = frame.select("*", *stage)
+    if decode_error is not None:
+        frame = frame.withColumn("__de", F.coalesce(decode_error, F.col("__de")))
     frame = frame.select("*", *(c for stage in staged for c in stage.first))
     frame = frame.select("*", *(c for stage in staged for c in stage.second))
     return frame, [stage.final for stage in staged]

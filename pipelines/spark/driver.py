@@ -64,6 +64,7 @@ from pyspark.sql.streaming.listener import (
 )
 
 from pipelines.dsl.spark import SourceColumns, stage_destinations
+from pipelines.spark.decoding import decode_source
 from pipelines.spark.fence import Fence
 from pipelines.spark.routing import route
 from pipelines.spark.session import build_session, cluster_conf
@@ -84,6 +85,7 @@ from streamforge_core.kafka import (
     consumer_config,
     spark_kafka_options,
 )
+from streamforge_core.schema_registry import RegistryConnection, registry_from_environment
 
 log = logging.getLogger("streamforge.driver")
 
@@ -127,6 +129,8 @@ class DriverOptions:
     #: On a standalone cluster: the address executors reach this driver at, and the cores it may take.
     driver_host: str | None = None
     cores_max: int | None = None
+    #: The cluster's schema registry (``SCHEMA_REGISTRY_*`` from the runner), for registry formats; None: none.
+    registry: RegistryConnection | None = None
     #: Run the warm-up (``Driver._warm_up``) before the query starts. Off for a takeover, where the time to the
     #: first committed batch on the new host counts and that batch starts the Python workers anyway.
     warm_up: bool = True
@@ -136,11 +140,15 @@ class ConfigError(Exception):
     """The pipeline cannot run as configured (missing topic, bad spec): error type Config."""
 
 
-def preflight(kafka: KafkaConnection, spec: PipelineSpec) -> None:
+def preflight(kafka: KafkaConnection, spec: PipelineSpec, registry: RegistryConnection | None = None) -> None:
     """Before the query starts: may this principal reach the cluster, read the sources and write every
-    destination and the DLQ? A wrong password or certificate, a failed TLS handshake or a missing ACL
+    destination and the DLQ? Does a pipeline with registry formats have a registry? A wrong password or certificate, a failed TLS handshake or a missing ACL
     raises ConfigError naming the cause (the pipeline halts with reason Config: restarting cannot fix
     credentials); a cluster that does not answer is left to the query's own retries."""
+    uses = [f"the source's format is {spec.source.format}"] if spec.source.uses_registry else []
+    uses += [f"destination {d.name}'s format is {d.format}" for d in spec.destinations if d.format != "json"]
+    if uses and registry is None:
+        raise ConfigError(f"{'; '.join(uses)}, and its Kafka cluster has no schema registry")
     report = kafka_probe.probe(kafka, read=spec.source.topics, write=spec.output_topics(), timeout=15)
     problems = report.config_problems()
     if problems:
@@ -188,9 +196,18 @@ def topic_limits(admin: AdminClient, topics: list[str]) -> dict[str, int]:
     return limits
 
 
-def enrich(source: DataFrame, spec: PipelineSpec, *, exact_deserialization: bool = False) -> DataFrame:
+def enrich(
+    source: DataFrame,
+    spec: PipelineSpec,
+    *,
+    exact_deserialization: bool = False,
+    registry: RegistryConnection | None = None,
+) -> DataFrame:
     """The source rows plus, for each destination i, its compiled outcome columns o/v/k/h/t/e/m{i} and the
-    record-level ``deser_error`` (see ``pipelines.spark.writer.BatchWriter``). Pure Spark expressions.
+    record-level ``deser_error`` (see ``pipelines.spark.writer.BatchWriter``). Pure Spark expressions, except
+    for a registry-format source (``source.format`` not ``json``): its values are decoded first by
+    ``pipelines.spark.decoding.decode_source`` (an Arrow UDF, with ``registry``, required then), and the DSL
+    reads the decoded JSON text while ``value`` stays the original bytes.
 
     By default the value is parsed leniently (``pipelines.dsl.spark.lenient_parse_stages``) and the writer
     refuses what the evaluator refuses (``WriterConfig.check_deserialization``); ``exact_deserialization``
@@ -203,12 +220,22 @@ def enrich(source: DataFrame, spec: PipelineSpec, *, exact_deserialization: bool
     does not merge a projection into the next when that would copy a non-trivial expression into several
     places, so each stage is evaluated once per row.
     """
+    columns = SourceColumns.kafka()
+    decode_error: Column | None = None
+    if spec.source.uses_registry:
+        if registry is None:
+            raise ConfigError(
+                f"the source's format is {spec.source.format}, and no schema registry is configured"
+            )
+        source, decoded_value, decode_error = decode_source(source, registry, spec.source.format)
+        columns = replace(columns, value=decoded_value)
     frame, finals = stage_destinations(
         source,
         [(dest.compiled(), spec.error_handling) for dest in spec.destinations],
-        source=SourceColumns.kafka(),
+        source=columns,
         now_ms=F.unix_millis(F.current_timestamp()),
         exact_deserialization=exact_deserialization,
+        decode_error=decode_error,
     )
     selected: list[Column] = [
         F.col("topic"),
@@ -557,7 +584,7 @@ class Driver:
         threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
         if self.fence.enabled:
             threading.Thread(target=self._watch_fence, name="fence-watchdog", daemon=True).start()
-        preflight(options.kafka, spec)
+        preflight(options.kafka, spec, options.registry)
         limits = topic_limits(self.admin, [*spec.source.topics, *spec.output_topics()])
         self.writer_config = WriterConfig(
             pipeline=options.pipeline,
@@ -566,7 +593,16 @@ class Driver:
             mode=spec.delivery.mode,
             consumer_group=spec.source.consumer_group,
             destinations=tuple(
-                DestinationInfo(d.name, d.topic, d.filter, d.transform, limits[d.topic])
+                DestinationInfo(
+                    d.name,
+                    d.topic,
+                    d.filter,
+                    d.transform,
+                    limits[d.topic],
+                    format=d.format,
+                    subject=d.subject,
+                    passthrough=spec.source.uses_registry and d.transform is None,
+                )
                 for d in spec.destinations
             ),
             dlq_topic=spec.dlq.topic,
@@ -576,6 +612,10 @@ class Driver:
             max_dlq_retries=spec.dlq.max_dlq_retries,
             retry=spec.retry,
             replay_key=os.environ.get(replay_signing.KEY_ENV, "").encode(),
+            # The plan's deser_error is exact for a registry source (the decoder's reason), and its values
+            # are not JSON text for the evaluator's decoder to check again.
+            check_deserialization=not spec.source.uses_registry,
+            registry=options.registry,
         )
         self.session = build_session(
             app_name=f"streamforge-{options.pipeline}-r{options.revision}",
@@ -612,7 +652,7 @@ class Driver:
             query = self._start_realtime(enrich(reader.load(), spec, exact_deserialization=True))
         else:
             writer = (
-                enrich(reader.load(), spec)
+                enrich(reader.load(), spec, registry=options.registry)
                 .writeStream.queryName(self.query_name)
                 .foreachBatch(self.process_batch)
                 .option("checkpointLocation", options.checkpoint_dir)
@@ -661,7 +701,7 @@ class Driver:
                 # here, none produced).
                 route(enrich(frame, self.spec, exact_deserialization=True), self.writer_config).collect()
             else:
-                enrich(frame, self.spec).mapInArrow(
+                enrich(frame, self.spec, registry=self.options.registry).mapInArrow(
                     make_warm_up(self.writer_config), SUMMARY_SCHEMA
                 ).collect()
         except Exception as exc:
@@ -904,6 +944,8 @@ def main(argv: list[str] | None = None) -> int:
         driver_host=args.driver_host,
         cores_max=args.cores_max,
         warm_up=not args.no_warm_up,
+        # Like Kafka's: from the SCHEMA_REGISTRY_* environment the runner passed, never the command line.
+        registry=registry_from_environment(os.environ),
     )
     driver: Driver | None = None
     try:

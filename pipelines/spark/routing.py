@@ -56,8 +56,9 @@ __all__ = ["OUTCOMES", "metric_columns", "route", "routed_records", "with_fates"
 
 #: Per destination, each source record counts once under exactly one of these (the writer's count keys).
 OUTCOMES: tuple[str, ...] = ("produced", "filtered", "dead_lettered", "replay_skipped")
-#: Error types a plan can decide (``RetryExhausted`` needs produce attempts, so it never appears here).
-_PLAN_ERROR_TYPES = tuple(t for t in c.DLQ_ERROR_TYPES if t != c.RETRY_EXHAUSTED)
+#: Error types a plan can decide (``RetryExhausted`` needs produce attempts, ``SchemaValidation`` a registry
+#: schema, which ``low_latency`` pipelines cannot use: neither appears here).
+_PLAN_ERROR_TYPES = tuple(t for t in c.DLQ_ERROR_TYPES if t not in (c.RETRY_EXHAUSTED, c.SCHEMA_VALIDATION))
 _DLQ_OF_ALL = "__dlq_all"
 
 

@@ -58,6 +58,7 @@ from pipelines.dsl.evaluate import decode_value
 from pipelines.spec import RetryPolicy
 from streamforge_core import contract as c
 from streamforge_core import replay_signing
+from streamforge_core.codec_errors import SchemaValidation
 from streamforge_core.kafka import (
     KafkaConnection,
     consumer_config,
@@ -66,6 +67,8 @@ from streamforge_core.kafka import (
     record_size,
     transactional_producer_config,
 )
+from streamforge_core.record_formats import worker_encoder
+from streamforge_core.schema_registry import RegistryConnection
 
 #: What each Spark partition reports back to the driver.
 SUMMARY_SCHEMA = "topic string, partition int, min_offset long, max_offset long, records long, skipped boolean, counts string"
@@ -102,6 +105,11 @@ class DestinationInfo:
     filter: str | None
     transform: str | None
     max_message_bytes: int
+    #: ``json`` or a registry format: values are then encoded with ``subject``'s latest schema here.
+    format: str = "json"
+    subject: str | None = None
+    #: Write the source record's original value (a registry-format source, no transform): bytes unchanged.
+    passthrough: bool = False
 
 
 @dataclass(frozen=True)
@@ -128,6 +136,8 @@ class WriterConfig:
     #: Decode every value with the evaluator's decoder (the plan used Spark's lenient parse); False only for
     #: a plan whose ``deser_error`` is already exact (``parse_stages(exact=True)``).
     check_deserialization: bool = True
+    #: The schema registry, for destinations with a registry format (None: the pipeline uses none).
+    registry: RegistryConnection | None = None
 
 
 def deserialization_error(value: bytes | None, plan_error: str | None) -> str | None:
@@ -425,7 +435,8 @@ class BatchWriter:
             # An undecodable value fails every destination, whatever the lenient plan made of it; it was
             # dead-lettered once for all of them above.
             dead = [j for j in dead if j not in skipped and j not in undecodable]
-            dead_count = len(dead) + sum(1 for j in undecodable if j not in skipped)
+            produced, encoded, invalid = self._encoded(dest, batch.column(f"v{i}"), produced)
+            dead_count = len(dead) + len(invalid) + sum(1 for j in undecodable if j not in skipped)
             self.counts[f"dest:{dest.name}:produced"] += len(produced)
             self.counts[f"dest:{dest.name}:dead_lettered"] += dead_count
             self.counts[f"dest:{dest.name}:replay_skipped"] += len(skipped)
@@ -438,10 +449,20 @@ class BatchWriter:
                 self._dead_letter(
                     self._dlq_record(base | j, dest.name, i, error_type, message, 1), error_type
                 )
+            for j, message in invalid.items():
+                self._dead_letter(
+                    self._dlq_record(base | j, dest.name, i, c.SCHEMA_VALIDATION, message, 1),
+                    c.SCHEMA_VALIDATION,
+                )
             if len(produced) == 0:
                 continue
             rows = produced.to_pylist()
-            values = batch.column(f"v{i}").take(produced).to_pylist()
+            if encoded is not None:
+                values = encoded
+            elif dest.passthrough:
+                values = batch.column("value").take(produced).to_pylist()
+            else:
+                values = batch.column(f"v{i}").take(produced).to_pylist()
             keys = batch.column(f"k{i}").take(produced).to_pylist()
             stamps = batch.column(f"t{i}").take(produced).to_pylist()
             header_col = batch.column(f"h{i}").take(produced)
@@ -463,6 +484,30 @@ class BatchWriter:
                     self.producer.poll(0)  # type: ignore[union-attr]
         if self.producer is not None:
             self.producer.poll(0)
+
+    def _encoded(
+        self, dest: DestinationInfo, values: pa.Array, produced: pa.Array
+    ) -> tuple[pa.Array, list[bytes] | None, dict[int, str]]:
+        """For a destination with a registry format: ``(rows still produced, their encoded values, row ->
+        reason for each row whose value does not fit the subject's schema)``; ``(produced, None, {})`` for
+        the others. Raises ``contract.PipelineHalt(Config)`` when the registry cannot serve or the subject
+        is missing (``record_formats.RecordEncoder``)."""
+        if dest.format == "json" or dest.passthrough or len(produced) == 0:
+            return produced, None, {}
+        assert self.config.registry is not None
+        assert dest.subject is not None
+        encoder = worker_encoder(self.config.registry)
+        kept: list[int] = []
+        encoded: list[bytes] = []
+        invalid: dict[int, str] = {}
+        for j, text in zip(produced.to_pylist(), values.take(produced).to_pylist(), strict=True):
+            try:
+                encoded.append(encoder.encode(dest.subject, dest.format, text))
+            except SchemaValidation as exc:
+                invalid[j] = f"does not fit subject {dest.subject}: {exc}"
+                continue
+            kept.append(j)
+        return pa.array(kept, pa.uint64()), encoded, invalid
 
     def _undecodable(self, batch: pa.RecordBatch) -> dict[int, str]:
         """Row -> reason, for the rows whose value is not one JSON document (``deserialization_error``);

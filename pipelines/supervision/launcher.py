@@ -52,6 +52,7 @@ from pipelines.supervision.status import announce_status
 from streamforge_core import contract as c
 from streamforge_core import replay_signing
 from streamforge_core.kafka import KafkaConnection, admin_config, connection_environment
+from streamforge_core.schema_registry import RegistryConnection, registry_environment
 
 log = logging.getLogger("pipelines.supervision")
 
@@ -250,7 +251,13 @@ def _launch_claimed(run: PipelineRun) -> PipelineRun | None:
         _end_run(run, exit_code=c.EXIT_CONFIG, error_type="Config", message=f"Kafka cluster: {exc}")
         return run
     try:
-        _launch(run, workdir, conn)
+        registry = _registry_of(run)
+    except ValueError as exc:  # no registry, or one whose password cannot be read
+        log.warning("pipeline %s cannot use its schema registry: %s", name, exc)
+        _end_run(run, exit_code=c.EXIT_CONFIG, error_type="Config", message=f"Schema registry: {exc}")
+        return run
+    try:
+        _launch(run, workdir, conn, registry)
     except Exception as exc:
         log.exception("could not launch the driver of %s", name)
         run.refresh_from_db(fields=["state"])  # a stop may have moved it on meanwhile
@@ -291,25 +298,45 @@ def _inherited(name: str) -> bool:
     return name.startswith(DRIVER_ENV_PREFIXES) and not any(word in name.upper() for word in _SECRET_WORDS)
 
 
-def driver_environment(environ: Mapping[str, str], conn: KafkaConnection) -> dict[str, str]:
+def driver_environment(
+    environ: Mapping[str, str], conn: KafkaConnection, registry: RegistryConnection | None = None
+) -> dict[str, str]:
     """The whole environment of a pipeline's driver, built from an allow-list (security review #28,
     finding 7): from the worker's ``environ`` only what ``DRIVER_ENV_NAMES`` and ``DRIVER_ENV_PREFIXES``
     let through, over ``DRIVER_ENV_DEFAULTS``; the state folder (``STREAMFORGE_STATE_DIR``); and the
     ``KAFKA_*`` variables of ``conn``, the pipeline's own cluster as ``pipelines.clusters.connection_for`` resolved it, its password
-    included (``connection_environment``; readable by the driver's user only, never on its command line).
+    included (``connection_environment``; readable by the driver's user only, never on its command line);
+    and, for a pipeline with registry formats, its cluster's schema registry as ``SCHEMA_REGISTRY_*``
+    (``schema_registry.registry_environment``, the password the same way).
 
     Everything else stays behind: ``DJANGO_SECRET_KEY``, ``STREAMFORGE_AUDIT_KEY``, the notification key,
     ``DATABASE_URL``, the default cluster's and every other cluster's secrets, a cloud provider's keys.
     The driver imports nothing of Django and needs none of them."""
     env = {**DRIVER_ENV_DEFAULTS, **{name: value for name, value in environ.items() if _inherited(name)}}
     env.update(connection_environment(conn))
+    if registry is not None:
+        env.update(registry_environment(registry))
     env[replay_signing.KEY_ENV] = settings.REPLAY_KEY  # vouches for the console's replays (finding 4)
     env["STREAMFORGE_STATE_DIR"] = str(_state_dir())
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
 
-def _launch(run: PipelineRun, workdir: Path, conn: KafkaConnection) -> None:
+def _registry_of(run: PipelineRun) -> RegistryConnection | None:
+    """The schema registry of the run's cluster when its revision reads or writes a registry format, else
+    None. Raises ValueError (``registries.registry_for``) when it needs one that cannot be used."""
+    from pipelines.registries import registry_for
+    from pipelines.spec import parse_spec
+
+    spec = parse_spec(run.revision.spec, pipeline_name=run.pipeline.name)
+    if not spec.source.uses_registry and all(d.format == "json" for d in spec.destinations):
+        return None
+    return registry_for(run.pipeline.cluster)
+
+
+def _launch(
+    run: PipelineRun, workdir: Path, conn: KafkaConnection, registry: RegistryConnection | None = None
+) -> None:
     from confluent_kafka.admin import AdminClient
 
     from pipelines.spec import parse_spec
@@ -327,7 +354,7 @@ def _launch(run: PipelineRun, workdir: Path, conn: KafkaConnection) -> None:
         local_checkpoint.parent.mkdir(parents=True, exist_ok=True)
     # The connection's security settings and password go in the driver's environment (readable by its user
     # only), never in its command line, where `ps` shows them to everyone; nothing else secret goes there.
-    env = driver_environment(os.environ, conn)
+    env = driver_environment(os.environ, conn, registry)
     with Path(run.log_path).open("ab") as log_file:
         process = subprocess.Popen(
             driver_command(run, spec_file, conn),

@@ -280,7 +280,7 @@ def test_a_claimed_run_whose_launch_message_was_lost_is_launched_by_its_agent_on
     run = _run(pipeline, me, epoch=2, state=PipelineState.STARTING)
     launched: list[uuid.UUID] = []
 
-    def slow_launch(run: PipelineRun, workdir: Path, conn: KafkaConnection) -> None:
+    def slow_launch(run: PipelineRun, workdir: Path, conn: KafkaConnection, registry: object = None) -> None:
         launched.append(run.run_id)
         time.sleep(1.5)
 

@@ -340,7 +340,9 @@ def test_the_owner_writes_the_lease_file_before_the_driver_exists_and_passes_its
     pipeline = _wanted(team, "owned")
     seen = {}
 
-    def launch(run, workdir, conn):  # stands in for the Popen: what exists when the process would start
+    def launch(
+        run, workdir, conn, registry=None
+    ):  # stands in for the Popen: what exists when the process would start
         seen["lease"] = read_lease(processes.lease_path(run.pipeline.name, run.run_id))
         seen["command"] = launcher.driver_command(
             run, Path(workdir) / "spec.json", KafkaConnection("127.0.0.1:1")
@@ -372,7 +374,9 @@ def test_a_launch_is_refused_off_its_owner_and_once_its_epoch_was_superseded(
     settings.STATE_DIR = tmp_path
     _host("runner-a", slots=2)
     launched = []
-    monkeypatch.setattr(launcher, "_launch", lambda run, workdir, conn: launched.append(run.run_id))
+    monkeypatch.setattr(
+        launcher, "_launch", lambda run, workdir, conn, registry=None: launched.append(run.run_id)
+    )
     pipeline = _wanted(team, "guarded")
     run = placement.place_and_claim(pipeline.pk)
     assert run is not None

@@ -173,3 +173,46 @@ def test_low_latency_accepts_the_forms_spark_compiles_to_built_in_functions(expr
     data["destinations"][0]["transform"] = expression
     data["error_handling"] = {"missing_field_behavior": missing}
     assert parse_spec(data, pipeline_name="demo").destinations[0].transform == expression
+
+
+def test_record_formats_default_to_json_and_a_registry_destination_to_its_topics_subject():
+    data = github_spec()
+    spec = parse_spec(data, pipeline_name="demo")
+    assert spec.source.format == "json"
+    assert not spec.source.uses_registry
+    assert {(d.format, d.subject) for d in spec.destinations} == {("json", None)}
+
+    data["source"]["format"] = "avro"
+    data["destinations"][0]["format"] = "protobuf"
+    data["destinations"][1]["format"] = "json_schema"
+    data["destinations"][1]["subject"] = "shared-pushes"
+    spec = parse_spec(data, pipeline_name="demo")
+    assert spec.source.uses_registry
+    first, second = spec.destinations[0], spec.destinations[1]
+    assert (first.format, first.subject) == ("protobuf", f"{first.topic}-value")
+    assert (second.format, second.subject) == ("json_schema", "shared-pushes")
+    assert parse_spec(spec.to_json(), pipeline_name="demo") == spec
+
+
+def test_an_unknown_format_or_a_subject_without_a_registry_format_is_refused_at_its_field():
+    data = github_spec()
+    data["source"]["format"] = "xml"
+    data["destinations"][0]["subject"] = "x-value"
+    data["destinations"][1]["format"] = "avro"
+    data["destinations"][1]["subject"] = " "
+    with pytest.raises(SpecError) as caught:
+        parse_spec(data, pipeline_name="demo")
+    errors = caught.value.errors
+    assert "must be one of" in errors["source.format"][0]
+    assert "only a destination with a registry format" in errors["destinations.0.subject"][0]
+    assert "1 to 255 characters" in errors["destinations.1.subject"][0]
+
+
+def test_low_latency_refuses_registry_formats_which_need_a_python_worker():
+    data = _low_latency(github_spec())
+    data["source"]["format"] = "avro"
+    data["destinations"][0]["format"] = "avro"
+    with pytest.raises(SpecError) as caught:
+        parse_spec(data, pipeline_name="demo")
+    assert "Python worker" in caught.value.errors["source.format"][0]
+    assert "Python worker" in caught.value.errors["destinations.0.format"][0]

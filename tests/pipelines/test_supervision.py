@@ -241,7 +241,9 @@ def test_two_workers_starting_one_pipeline_at_once_launch_one_driver(team, monke
     pipeline = create_pipeline(actor=admin, name="racy", team=team, spec=github_spec())
     Pipeline.objects.filter(pk=pipeline.pk).update(desired_state=DesiredState.RUNNING)
     launched = []
-    monkeypatch.setattr(launcher, "_launch", lambda run, workdir, conn: launched.append(run.run_id))
+    monkeypatch.setattr(
+        launcher, "_launch", lambda run, workdir, conn, registry=None: launched.append(run.run_id)
+    )
     barrier = threading.Barrier(2)
     results = []
 
@@ -287,7 +289,7 @@ def test_a_pipeline_marked_running_without_any_run_is_healed_and_started(team, m
     Pipeline.objects.filter(pk=pipeline.pk).update(
         desired_state=DesiredState.RUNNING, state=PipelineState.RUNNING
     )
-    monkeypatch.setattr(launcher, "_launch", lambda run, workdir, conn: None)
+    monkeypatch.setattr(launcher, "_launch", lambda run, workdir, conn, registry=None: None)
     supervision.reconcile()
     assert PipelineRun.objects.get(pipeline=pipeline).state == PipelineState.STARTING
     assert _state(pipeline) == PipelineState.STARTING
