@@ -30,15 +30,17 @@ from access.permissions import require_role
 from dlq import topic_browser
 from dlq.headers import STREAMFORGE_PREFIX
 from dlq.models import DeadLetter, ProducedTestMessage
-from dlq.services import InvalidRequest, ReplayFailed, erasure
+from dlq.services import InvalidRequest, RegistryUnavailable, ReplayFailed, erasure
 from dlq.services.kafka_io import OutgoingRecord, produce
 from pipelines.clusters import connection_for
 from pipelines.dsl import Message
+from pipelines.formats import RegistryUnreachable, formats_for, source_record_value
 from pipelines.lag import consumer_group_lag
 from pipelines.models import Pipeline
 from pipelines.services import dry_run
 from streamforge_core import contract as c
 from streamforge_core import replay_signing
+from streamforge_core.codec_errors import SchemaValidation
 from streamforge_core.kafka import Record
 
 #: How far before the source record's timestamp a destination is searched (ms): a destination timestamp
@@ -76,6 +78,9 @@ def produce_test_message(
     for an empty reason, a topic that is not a source topic of the pipeline, or a header named
     ``x-streamforge-*`` in any case (the console's own: a replay id, a test sender, a pipeline, ...; see
     ``../shared/DESIGN.md`` "Contracts"), ReplayFailed (503) when the broker does not take the record.
+    For a registry-format source the value is JSON, encoded with the latest schema of ``<topic>-value``
+    (``pipelines.formats.source_record_value``): InvalidRequest on ``value`` when it does not fit,
+    naming the field; RegistryUnavailable (503) without a usable registry.
     """
     require_role(actor, pipeline.team, Role.OPERATOR)
     if not reason.strip():
@@ -92,6 +97,13 @@ def produce_test_message(
         raise InvalidRequest(
             "topic", f"not a source topic of {pipeline.name}: {', '.join(spec.source.topics)}"
         )
+    if value is not None:
+        try:  # a registry-format source: the JSON typed is encoded with the topic's subject
+            value = source_record_value(spec, pipeline.cluster, topic, value)
+        except SchemaValidation as exc:
+            raise InvalidRequest("value", f"does not fit the schema of {topic}-value: {exc}") from None
+        except RegistryUnreachable as exc:
+            raise RegistryUnavailable(str(exc)) from None
     out = OutgoingRecord(
         topic=topic,
         key=key,
@@ -257,7 +269,11 @@ def record_outcomes(pipeline: Pipeline, *, topic: str, partition: int, offset: i
             headers=tuple(record.headers),
             timestamp_ms=record.timestamp_ms,
         )
-        expected = [(r.outcome, r.error_message or "") for r in dry_run(spec=spec, messages=[message])[0]]
+        try:
+            checked = dry_run(spec=spec, messages=[message], formats=formats_for(spec, pipeline.cluster))
+            expected = [(r.outcome, r.error_message or "") for r in checked[0]]
+        except RegistryUnreachable as exc:
+            error = f"the schema registry cannot answer: {exc}"
     scope = (
         replay_destinations(
             record, destinations=[d.name for d in spec.destinations], dlq_topic=spec.dlq.topic

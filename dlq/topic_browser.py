@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
@@ -51,14 +51,17 @@ from access.permissions import AnyUser
 from dlq import presenters, services
 from dlq.models import ProducedTestMessage
 from dlq.services import erasure
-from pipelines import dsl
+from pipelines import dsl, formats
 from pipelines.clusters import connection_for
 from pipelines.lag import consumer_group_lag
 from pipelines.models import Pipeline
 from pipelines.selectors import visible_pipelines
 from pipelines.spec import PipelineSpec, parse_spec
 from streamforge_core import contract as c
+from streamforge_core.codec_errors import DecodeError
+from streamforge_core.contract import PipelineHalt
 from streamforge_core.kafka import KafkaConnection, Record, admin_config, consumer_config
+from streamforge_core.record_formats import json_text
 
 #: Records per page, by default and at most.
 PAGE_SIZE = 50
@@ -283,6 +286,9 @@ class BrowsedRecord:
     lineage: LineageLink | None
     test_by: str
     erased: bool = False
+    #: A registry-format value (``pipelines.formats.topic_format``): ``value`` shows its decoded record and
+    #: this says with what (``"avro, schema 12"``) or why it is shown as bytes (``"not decoded: ..."``).
+    value_schema: str = ""
 
     @property
     def time(self) -> datetime | None:
@@ -556,6 +562,7 @@ def _present_all(
     dead letter they are), and the sender of each test message named."""
     erased = erased_records(pipeline, records)
     senders = senders_of_test_messages(pipeline, topic, [(r.partition, r.offset) for r in records])
+    decode = _value_decoder(pipeline, topic)
     return [
         _present(
             r,
@@ -563,15 +570,58 @@ def _present_all(
             owned,
             erased=_coordinates(r) in erased,
             test_by=senders.get((r.partition, r.offset), ""),
+            decode=decode,
         )
         for r in records
     ]
 
 
+#: Reads a record value for the page: (the bytes to show, what the schema line says).
+ValueDecoder = Callable[[bytes | None], tuple[bytes | None, str]]
+
+
+def _value_decoder(pipeline: Pipeline, topic: str) -> ValueDecoder | None:
+    """How ``topic``'s values are shown: None for JSON (as they are); for a registry format, decoded with
+    their writer schema when they decode, else as bytes with the reason (a registry that cannot answer
+    included: the page still shows the records)."""
+    try:
+        decoder = formats.topic_decoder(spec_of(pipeline), pipeline.cluster, topic)
+    except formats.RegistryUnreachable as exc:
+        reason = f"not decoded: the schema registry cannot be used ({exc})"
+        return lambda value: (value, reason)
+    if decoder is None:
+        return None
+
+    def decode(value: bytes | None) -> tuple[bytes | None, str]:
+        if value is None:
+            return None, ""
+        try:
+            decoded = decoder.decode(value)
+            text = json_text(decoded.value).encode()
+        except DecodeError as exc:
+            return value, f"not decoded: {exc.reason}"
+        except ValueError as exc:
+            return value, f"not decoded: no JSON form ({exc})"
+        except PipelineHalt as exc:
+            return value, f"not decoded: the schema registry cannot answer ({exc.detail})"
+        schema = decoded.schema
+        where = f", subject {schema.subject} version {schema.version}" if schema.subject else ""
+        return text, f"{decoder.format}, schema {schema.schema_id}{where}"
+
+    return decode
+
+
 def _present(
-    record: Record, masking: services.Masking, owned: dict[str, str], *, erased: bool, test_by: str
+    record: Record,
+    masking: services.Masking,
+    owned: dict[str, str],
+    *,
+    erased: bool,
+    test_by: str,
+    decode: ValueDecoder | None = None,
 ) -> BrowsedRecord:
     lineage = parse_lineage(record.header(c.H_LINEAGE))
+    value, schema = (record.value, "") if decode is None or erased else decode(record.value)
     return BrowsedRecord(
         topic=record.topic,
         partition=record.partition,
@@ -580,13 +630,12 @@ def _present(
         key=_erased_view(record.key)
         if erased
         else presenters.payload_views(record.key, masking=masking, key=True),
-        value=_erased_view(record.value)
-        if erased
-        else presenters.payload_views(record.value, masking=masking),
+        value=_erased_view(record.value) if erased else presenters.payload_views(value, masking=masking),
         headers=[] if erased else masking.header_values(record.headers),
         lineage=LineageLink(*lineage, owned=lineage[0] in owned) if lineage else None,
         test_by=test_by,
         erased=erased,
+        value_schema=schema,
     )
 
 
@@ -871,6 +920,7 @@ def search(
         consumer.close()
     records.sort(key=lambda r: (r.partition, r.offset))
     erased = erased_records(pipeline, records)
+    decode = _value_decoder(pipeline, topic)
     now_ms = int(time.time() * 1000)
     reached: dict[int, int] = {}
     found: list[Record] = []
@@ -882,9 +932,9 @@ def search(
             break
         scanned += 1
         reached[record.partition] = record.offset + 1
-        if _coordinates(record) not in erased and _matches(
-            matcher, _visible_message(record, masking), now_ms
-        ):
+        # A registry-format topic is searched on its decoded records, as the page shows them.
+        seen = record if decode is None else dataclasses.replace(record, value=decode(record.value)[0])
+        if _coordinates(record) not in erased and _matches(matcher, _visible_message(seen, masking), now_ms):
             found.append(record)
     moved = [
         dataclasses.replace(r, next=r.end)
@@ -895,7 +945,14 @@ def search(
     senders = senders_of_test_messages(pipeline, topic, [(r.partition, r.offset) for r in found])
     return SearchStep(
         [
-            _present(r, masking, owned, erased=False, test_by=senders.get((r.partition, r.offset), ""))
+            _present(
+                r,
+                masking,
+                owned,
+                erased=False,
+                test_by=senders.get((r.partition, r.offset), ""),
+                decode=decode,
+            )
             for r in found
         ],
         scanned,

@@ -24,7 +24,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from access.models import Role
 from access.permissions import has_role
 from dlq import test_messages, topic_browser
-from dlq.services import InvalidRequest, ReplayFailed
+from dlq.services import InvalidRequest, RegistryUnavailable, ReplayFailed
 from dlq.topic_browser import BadPosition, TopicNotFound
 from pipelines.clusters import ClusterNotVerified, CredentialUnavailable
 from pipelines.models import Pipeline
@@ -312,6 +312,8 @@ def test_message_page(request: HttpRequest, name: str) -> HttpResponse:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
         except ReplayFailed as exc:
             form.add_error(None, str(exc))
+        except RegistryUnavailable as exc:
+            form.add_error(None, f"the schema registry cannot be used: {exc}")
         except (ClusterNotVerified, CredentialUnavailable) as exc:
             form.add_error(None, f"the Kafka cluster cannot be used: {exc}")
         else:

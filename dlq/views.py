@@ -26,6 +26,7 @@ from dlq import presenters, selectors, services
 from dlq.models import (
     BulkKind,
     BulkState,
+    DeadLetter,
     FailureGroup,
     RetentionPolicy,
     RetentionRun,
@@ -92,6 +93,15 @@ def message_list(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _would_fail(dead_letter: DeadLetter) -> list[services.DestinationOutcome]:
+    """Where a replay now would fail again; none known while the pipeline's schema registry cannot answer
+    (the replay itself then says so)."""
+    try:
+        return services.would_fail_again(dead_letter, services.current_payload(dead_letter)[0])
+    except services.RegistryUnavailable:
+        return []
+
+
 @login_required
 @require_GET
 def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
@@ -143,7 +153,7 @@ def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
             if dead_letter.pk in selectors.failed_again([dead_letter.pk])
             else dead_letter.status,
             # Where a replay now would fail again (the button then asks first, naming them).
-            "would_fail": services.would_fail_again(dead_letter, services.current_payload(dead_letter)[0])
+            "would_fail": _would_fail(dead_letter)
             if can_operate and dead_letter.status == Status.PARKED
             else [],
             # A delete waiting for an approver: Replay and Skip are shown disabled, saying so.

@@ -30,6 +30,7 @@ from streamforge_core.record_formats import (
     DecodedRecord,
     RecordDecoder,
     RecordEncoder,
+    default_subject,
     json_text,
     shared_registry,
 )
@@ -37,7 +38,14 @@ from streamforge_core.schema_codecs import codec_for
 from streamforge_core.schema_registry import RegisteredSchema, RegistryError, RegistryRejected
 from streamforge_core.wire_format import frame
 
-__all__ = ["PipelineFormats", "RegistryUnreachable", "formats_for"]
+__all__ = [
+    "PipelineFormats",
+    "RegistryUnreachable",
+    "formats_for",
+    "source_record_value",
+    "topic_decoder",
+    "topic_format",
+]
 
 
 class RegistryUnreachable(Exception):
@@ -149,3 +157,51 @@ def formats_for(spec: PipelineSpec, cluster: KafkaCluster | None) -> PipelineFor
         decoder = RecordDecoder(registry, spec.source.format, backoff=())
     encoder = RecordEncoder(registry, backoff=()) if writes else None
     return PipelineFormats(spec.source.format, decoder, encoder)
+
+
+def topic_format(spec: PipelineSpec, topic: str) -> str:
+    """The format of ``topic``'s record values as the pipeline sees them: a source topic's and the DLQ's
+    (dead letters keep the source record's bytes) are ``source.format``; a destination topic's is its
+    destination's ``format`` (the first destination writing it), except a destination without a transform
+    over a registry-format source, which passes the source's bytes on; ``json`` for any other topic."""
+    if topic in spec.source.topics or topic == spec.dlq.topic:
+        return spec.source.format
+    for dest in spec.destinations:
+        if dest.topic == topic:
+            if dest.transform is None and spec.source.uses_registry:
+                return spec.source.format
+            return dest.format
+    return "json"
+
+
+def topic_decoder(spec: PipelineSpec, cluster: KafkaCluster | None, topic: str) -> RecordDecoder | None:
+    """A decoder of ``topic``'s values (``topic_format``) over ``cluster``'s registry, answering at once
+    (no backoff: a page is waiting), or None for a ``json`` topic. Raises ``RegistryUnreachable`` when the
+    topic is in a registry format and the cluster has no usable registry."""
+    fmt = topic_format(spec, topic)
+    if fmt not in REGISTRY_FORMATS:
+        return None
+    try:
+        connection = registry_for(cluster)
+    except ValueError as exc:
+        raise RegistryUnreachable(str(exc)) from None
+    return RecordDecoder(shared_registry(connection), fmt, backoff=())
+
+
+def source_record_value(spec: PipelineSpec, cluster: KafkaCluster | None, topic: str, value: bytes) -> bytes:
+    """A value typed for source ``topic`` (a test message) as the pipeline reads it: for a registry-format
+    source, JSON text encoded with the latest schema of ``<topic>-value`` (a Protobuf schema's first
+    message), unless it is Confluent-framed already (magic byte 0, which JSON text never starts with);
+    unchanged for a ``json`` source. Raises ``SchemaValidation`` naming the field, ``RegistryUnreachable``
+    (no usable registry, a subject that is missing, a registry that cannot answer)."""
+    if not spec.source.uses_registry or value[:1] == b"\x00":
+        return value
+    try:
+        connection = registry_for(cluster)
+    except ValueError as exc:
+        raise RegistryUnreachable(str(exc)) from None
+    encoder = RecordEncoder(shared_registry(connection), backoff=())
+    try:
+        return encoder.encode(default_subject(topic), spec.source.format, value)
+    except c.PipelineHalt as exc:
+        raise RegistryUnreachable(exc.detail) from None

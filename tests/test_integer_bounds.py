@@ -73,6 +73,9 @@ INTEGER_ROUTES = {
     ],
     "api/notifications/^channels/(?P<pk>[0-9]+)/test/$": ["POST /api/notifications/channels/{n}/test/"],
     "api/^audit/(?P<sequence>[0-9]+)/$": ["/api/audit/{n}/"],
+    "api/^clusters/(?P<name>[a-z0-9][a-z0-9-]{0,62})/schemas/(?P<schema_id>[0-9]{1,10})/$": [
+        "/api/clusters/default/schemas/{partition}/"
+    ],
 }
 
 #: Integer query parameters, each on the pages and endpoints that read it.

@@ -118,6 +118,10 @@ class BrowsedRecordSerializer(serializers.Serializer[Any]):
     lineage = LineageSerializer(allow_null=True)
     test_by = serializers.CharField()
     erased = serializers.BooleanField()
+    value_schema = serializers.CharField(
+        help_text="a registry-format topic: the schema the value was decoded with ('avro, schema 12, subject "
+        "s version 2'), or why it is shown as bytes ('not decoded: ...'); empty for JSON topics"
+    )
 
 
 class RecordPageSerializer(serializers.Serializer[Any]):

@@ -33,7 +33,14 @@ from dlq.filters import MessageFilter
 from dlq.models import BulkAction, BulkKind, Status
 from dlq.services.bulk import create_bulk, preview_bulk
 from dlq.services.errors import InvalidRequest
-from dlq.services.fix_patch import UNCHANGED, BulkFix, FixDoesNotApply, current_payloads, parse_fix
+from dlq.services.fix_patch import (
+    UNCHANGED,
+    BulkFix,
+    FixDoesNotApply,
+    current_payloads,
+    fixed_payload,
+    parse_fix,
+)
 from dlq.services.fixes import PayloadCheck, check_payload, payload_diff
 from dlq.services.inspection import visible_dead_letters
 
@@ -93,15 +100,16 @@ def preview_bulk_fix(
             latest[row.pk][1] if row.pk in latest else (bytes(row.value) if row.value is not None else None)
         )
         try:
-            fixed = fix.apply(current)
+            result = fixed_payload(fix, row, current)
         except FixDoesNotApply as exc:
             samples.append(FixSample(row.pk, row.coordinates, "", None, exc.reason))
             continue
-        if fixed == current:
+        if result.value == current:
             samples.append(FixSample(row.pk, row.coordinates, "", None, UNCHANGED))
             continue
-        check = check_payload(dead_letter=row, value=fixed)
-        samples.append(FixSample(row.pk, row.coordinates, payload_diff(current, fixed), check, ""))
+        check = check_payload(dead_letter=row, value=result.value)
+        diff = payload_diff(result.before, result.after)
+        samples.append(FixSample(row.pk, row.coordinates, diff, check, ""))
     return BulkFixPreview(
         count=counted.count,
         needs_approval=counted.needs_approval,

@@ -24,6 +24,7 @@ from django.db import transaction
 from access import audit
 from dlq.models import BulkAction, DeadLetter, PayloadRevision, Status
 from dlq.services import holds
+from dlq.services.decoded import decoded_payload, stored_fix
 from dlq.services.errors import InvalidRequest
 from dlq.services.fixes import check_payload, payload_diff
 from pipelines.dsl import DslParseError, EvaluationError, ast, parse_transform
@@ -148,6 +149,37 @@ def parse_fix(data: object) -> BulkFix:
     return BulkFix(patch=tuple(dict(operation) for operation in patch))
 
 
+@dataclass(frozen=True)
+class FixedPayload:
+    """A bulk fix applied to one payload: ``value`` (what is stored) and ``before``/``after`` (what its diff
+    compares: the payloads themselves, or for a registry-format pipeline the decoded records)."""
+
+    value: bytes
+    before: bytes | None
+    after: bytes
+
+
+def fixed_payload(fix: BulkFix, dead_letter: DeadLetter, current: bytes | None) -> FixedPayload:
+    """``fix`` applied to ``current`` (the dead letter's current payload) as its pipeline reads it. A
+    registry-format payload is decoded, fixed as its JSON record and framed again with its writer schema
+    (``decoded.stored_fix``). Raises FixDoesNotApply (as ``BulkFix.apply``, and for a registry-format payload
+    that does not decode or whose fixed record does not fit its schema), RegistryUnavailable."""
+    decoded = decoded_payload(dead_letter, current)
+    if decoded is None:
+        fixed = fix.apply(current)
+        return FixedPayload(fixed, current, fixed)
+    if decoded.text is None:
+        raise FixDoesNotApply("the payload does not decode with its schema: fix it alone")
+    after = fix.apply(decoded.text)
+    if after == decoded.text:
+        return FixedPayload(current or b"", decoded.text, after)  # unchanged: the caller says so
+    try:
+        framed = stored_fix(dead_letter, after)
+    except InvalidRequest:
+        raise FixDoesNotApply("the fixed record does not fit the record's schema") from None
+    return FixedPayload(framed, decoded.text, after)
+
+
 def current_payloads(ids: Sequence[int]) -> dict[int, tuple[int, bytes]]:
     """The newest payload revision of each of ``ids`` that has one, as (number, value) (one query)."""
     latest: dict[int, tuple[int, bytes]] = {}
@@ -192,10 +224,11 @@ def fix_chunk(bulk: BulkAction, ids: Sequence[int]) -> tuple[int, int, int]:
         for row in rows:
             number, current = latest.get(row.pk, (0, bytes(row.value) if row.value is not None else None))
             try:
-                fixed = fix.apply(current)
+                result = fixed_payload(fix, row, current)
             except FixDoesNotApply as exc:
                 failures[exc.reason] += 1
                 continue
+            fixed = result.value
             if fixed == current:
                 failures[UNCHANGED] += 1
                 continue
@@ -208,7 +241,7 @@ def fix_chunk(bulk: BulkAction, ids: Sequence[int]) -> tuple[int, int, int]:
                     dead_letter=row,
                     number=number + 1,
                     value=fixed,
-                    diff=payload_diff(current, fixed),
+                    diff=payload_diff(result.before, result.after),
                     reason=reason,
                     author=bulk.created_by,
                     dsl_check=check.to_json() if check is not None else {},

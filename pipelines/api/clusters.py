@@ -26,6 +26,7 @@ from pipelines.api.serializers import ErrorDetailSerializer
 from pipelines.models import DEFAULT_CLUSTER_NAME, KafkaCluster
 from streamforge_core.kafka import SASL_MECHANISMS, SECURITY_PROTOCOLS
 from streamforge_core.schema_registry import RegistryError, UnknownSchema
+from streamforge_core.wire_format import MAX_SCHEMA_ID
 
 
 class ClusterSerializer(serializers.Serializer[clusters.ClusterSettings]):
@@ -337,6 +338,8 @@ class ClusterViewSet(viewsets.ViewSet):
         row = self._row(name)
         if not registries.may_see_subjects(request.user, row):
             raise NotFound(f"no Kafka cluster named {name!r}")
+        if int(schema_id) > MAX_SCHEMA_ID:  # beyond the ids a registry assigns: none is asked
+            raise NotFound(f"no schema {schema_id}: registry ids are at most {MAX_SCHEMA_ID}")
         try:
             found = registries.schema(row, int(schema_id))
         except registries.RegistryNotConfigured as exc:

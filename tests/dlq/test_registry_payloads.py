@@ -11,6 +11,7 @@ import re
 import uuid
 
 import pytest
+from confluent_kafka.admin import NewTopic
 from django.test import Client
 
 from dlq.models import PayloadRevision
@@ -21,6 +22,7 @@ from streamforge_core.schema_codecs import codec_for
 from streamforge_core.schema_registry import RegistryConnection
 from streamforge_core.wire_format import frame
 from tests.dlq.conftest import api_for
+from tests.pipelines.spark.harness import produce
 
 pytestmark = [pytest.mark.django_db, pytest.mark.registry, pytest.mark.kafka]
 
@@ -83,6 +85,11 @@ def avro_pipeline(team, people, registry, kafka_admin):
         },
     )
     created = ensure_topics(kafka_admin, pipeline.current_revision.parsed).created
+    for future in kafka_admin.create_topics(
+        [NewTopic(source, num_partitions=1, replication_factor=1)]
+    ).values():
+        future.result(timeout=30)
+    created.append(source)
     yield pipeline, schema_id
     if created:
         for future in kafka_admin.delete_topics(created).values():
@@ -211,3 +218,90 @@ def test_an_export_has_the_decoded_record_masked_on_its_fields(
     assert exported["value_encoding"] == "json"
     assert exported["value"]["actor"]["login"] == "octocat"
     assert exported["value"]["actor"]["email"] != "octo@example.com"
+
+
+def test_the_topic_browser_shows_and_searches_registry_records_decoded(
+    people, avro_pipeline, registry, kafka_bootstrap
+):
+    pipeline, schema_id = avro_pipeline
+    source = pipeline.current_revision.spec["source"]["topics"][0]
+    kinds = ["PushEvent", "WatchEvent", "PushEvent"]
+    values = [
+        _framed(registry, schema_id, {"type": kind, "actor": {"login": f"u{i}", "email": "e"}, "size": i})
+        for i, kind in enumerate(kinds)
+    ]
+    produce(
+        kafka_bootstrap,
+        source,
+        [(str(i).encode(), v) for i, v in enumerate(values)] + [(b"bad", b"\x00\x00")],
+    )
+    api = api_for(people["operator"])
+
+    page = api.get(f"/api/pipelines/{pipeline.name}/topics/{source}/messages/", {"order": "oldest"})
+    assert page.status_code == 200, page.content
+    records = page.json()["records"]
+    assert [json.loads(r["value"]["raw"])["actor"]["login"] for r in records[:3]] == ["u0", "u1", "u2"]
+    assert records[0]["value_schema"].startswith(f"avro, schema {schema_id}, subject {source}-value")
+    assert records[3]["value_schema"].startswith("not decoded: 4-byte schema id cut short")
+
+    found = api.get(
+        f"/api/pipelines/{pipeline.name}/topics/{source}/search/", {"q": "/type,==,PushEvent", "mode": "dsl"}
+    )
+    assert found.status_code == 200, found.content
+    assert [json.loads(r["value"]["raw"])["size"] for r in found.json()["records"]] == [0, 2]
+
+
+def test_a_bulk_fix_patches_the_decoded_records_and_frames_them_again(
+    people, avro_pipeline, registry, park, monkeypatch
+):
+    from dlq import services
+    from dlq.filters import MessageFilter
+    from dlq.services import bulk as bulk_actions
+    from dlq.services.fixes import current_payload
+
+    monkeypatch.setattr(bulk_actions, "enqueue_bulk", lambda bulk: None)
+    pipeline, schema_id = avro_pipeline
+    event = {"type": "PushEvent", "actor": {"login": "octocat", "email": "o@example.com"}, "size": None}
+    rows = park(
+        pipeline,
+        [
+            (f"k{i}".encode(), _framed(registry, schema_id, event), "TransformEvaluation", "null")
+            for i in range(3)
+        ],
+    )
+    rows += park(pipeline, [(b"bad", b"\x00\x00", "MessageDeserialization", "cut short")])
+    fix = services.parse_fix({"patch": [{"op": "replace", "path": "/size", "value": 7}]})
+    selection = MessageFilter(pipeline=pipeline.name)
+
+    preview = services.preview_bulk_fix(actor=people["operator"], selection=selection, fix=fix)
+    by_id = {sample.dead_letter_id: sample for sample in preview.samples}
+    assert '+  "size": 7' in by_id[rows[0].pk].diff  # the decoded records compared
+    assert by_id[rows[0].pk].check is not None
+    assert by_id[rows[0].pk].check.would_pass
+    assert by_id[rows[3].pk].error == "the payload does not decode with its schema: fix it alone"
+
+    bulk = services.create_bulk_fix(actor=people["operator"], selection=selection, fix=fix, reason="size")
+    done = services.run_bulk(bulk_id=bulk.pk)
+    assert (done.succeeded, done.failed) == (3, 1)
+    decoded = RecordDecoder(registry, "avro").decode(current_payload(rows[0])[0])
+    assert (decoded.schema.schema_id, decoded.value["size"]) == (schema_id, 7)
+
+
+def test_a_test_message_typed_as_json_is_produced_with_the_topics_schema(people, avro_pipeline, registry):
+    pipeline, schema_id = avro_pipeline
+    url = f"/api/pipelines/{pipeline.name}/test-messages/"
+    api = api_for(people["operator"])
+    event = {"type": "PushEvent", "actor": {"login": "tester", "email": "t@example.com"}, "size": 1}
+
+    sent = api.post(url, {"value": json.dumps(event), "reason": "try the pushes filter"}, format="json")
+    assert sent.status_code == 201, sent.content
+    landed = sent.json()
+    source = pipeline.current_revision.spec["source"]["topics"][0]
+    page = api.get(f"/api/pipelines/{pipeline.name}/topics/{source}/messages/", {"order": "oldest"})
+    (record,) = [r for r in page.json()["records"] if r["offset"] == landed["offset"]]
+    assert json.loads(record["value"]["raw"]) == event
+    assert record["value_schema"].startswith(f"avro, schema {schema_id}")
+
+    bad = api.post(url, {"value": json.dumps({**event, "size": "one"}), "reason": "x"}, format="json")
+    assert bad.status_code == 400
+    assert "$.size" in bad.json()["value"][0]

@@ -245,3 +245,64 @@ def test_a_registry_that_cannot_be_reached_halts_the_pipeline_and_dead_letters_n
     assert "schema registry http://127.0.0.1:9 could not serve" in report["message"]
     assert consume_all(kafka_bootstrap, spec["dlq"]["topic"]) == []
     assert consume_all(kafka_bootstrap, f"fmt-all-{suffix}") == []
+
+    # The registry is back: a new run on the same checkpoint reads the record it halted on; nothing was lost.
+    driver.env["SCHEMA_REGISTRY_URL"] = registry.connection.url
+    driver.restart()
+    try:
+        driver.wait_consumed(1)
+        assert driver.stop() == c.EXIT_STOPPED, driver.log_tail()
+    finally:
+        driver.ensure_stopped()
+    assert [json.loads(r.value) for r in consume_all(kafka_bootstrap, f"fmt-all-{suffix}")] == [{"id": 1}]
+    assert consume_all(kafka_bootstrap, spec["dlq"]["topic"]) == []
+
+
+def test_json_schema_records_are_read_and_written_with_their_subjects_schema(
+    tmp_path, kafka_bootstrap, registry, topics
+):
+    suffix, source, ensure = topics
+    reading = {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}, "tag": {"type": "string"}},
+        "title": suffix,
+    }
+    writing = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+               "additionalProperties": False, "title": f"out-{suffix}"}  # fmt: skip
+    source_id = registry.register(f"{source}-value", json.dumps(reading), "JSON")
+    out_topic = f"fmt-js-{suffix}"
+    registry.register(f"{out_topic}-value", json.dumps(writing), "JSON")
+    spec = {
+        "source": {"topics": [source], "format": "json_schema"},
+        "destinations": [
+            {"name": "numbers", "topic": out_topic, "filter": "/tag,==,keep", "transform": "EXTRACT:/n,n",
+             "format": "json_schema"},
+        ],
+        "delivery": {"commit_strategy": {"kind": "batch", "max_records": 100}},
+        "dlq": {"topic": f"fmt-jdlq-{suffix}"},
+    }  # fmt: skip
+    ensure(spec, f"jfmt-{suffix}")
+    bodies = [{"n": i, "tag": "keep"} for i in range(5)] + [
+        {"n": "five", "tag": "keep"},
+        {"n": 6, "tag": "drop"},
+    ]
+    values = [frame(source_id, json.dumps(b).encode()) for b in bodies] + [frame(source_id, b"{not json")]
+    produce(kafka_bootstrap, source, [(str(i).encode(), v) for i, v in enumerate(values)], 2)
+
+    driver = _driver(tmp_path, spec, f"jfmt-{suffix}", kafka_bootstrap, registry.connection.url).start()
+    try:
+        driver.wait_consumed(len(values))
+        assert driver.stop() == c.EXIT_STOPPED, driver.log_tail()
+    finally:
+        driver.ensure_stopped()
+
+    written = consume_all(kafka_bootstrap, out_topic)
+    decoder = RecordDecoder(registry, "json_schema")
+    assert sorted(decoder.decode(r.value).value["n"] for r in written) == [0, 1, 2, 3, 4]
+    dlq = {
+        str(r.header(c.H_ERROR_TYPE)): str(r.header(c.H_ERROR))
+        for r in consume_all(kafka_bootstrap, spec["dlq"]["topic"])
+    }
+    assert set(dlq) == {c.SCHEMA_VALIDATION, c.MESSAGE_DESERIALIZATION}
+    assert "$.n" in dlq[c.SCHEMA_VALIDATION]
+    assert "invalid JSON" in dlq[c.MESSAGE_DESERIALIZATION]
