@@ -169,9 +169,10 @@ class Context:
                 )
         records = self.source.read_to(ends)
         window = [(r.topic, r.partition, r.offset) for r in records]
+        memo: accounting.OutcomeMemo = {}  # every pipeline reads these records: evaluate each once
         for mode in modes or list(self.pipelines):
             accountant = self.accountants[mode]
-            accountant.add_source(records)
+            accountant.add_source(records, memo)
             accountant.read_outputs()
             # The run-long totals count fates; values are compared once, in the window they arrived in.
             everything = total(accountant.tallies(compare_values=False))

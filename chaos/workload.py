@@ -402,10 +402,12 @@ class Accountant:
     def read_committed(self) -> bool:
         return delivery_of(self.handle.mode) == "effectively_once"
 
-    def add_source(self, records: list[Record]) -> None:
+    def add_source(self, records: list[Record], memo: accounting.OutcomeMemo | None = None) -> None:
+        """Expect ``records``' fates (``accounting.expected_fates``; ``memo`` shared with the other
+        accountants given the same records)."""
         self.expected.update(
             accounting.expected_fates(
-                self.handle.spec, records, self.limits, replay_key=settings.REPLAY_KEY.encode()
+                self.handle.spec, records, self.limits, replay_key=settings.REPLAY_KEY.encode(), memo=memo
             )
         )
 

@@ -184,3 +184,33 @@ def test_a_replay_is_expected_only_where_it_is_for_and_one_written_elsewhere_is_
     archive = accounting.tally(expected, twice)["archive"]
     assert (archive.replay_written, archive.wrong, archive.delivered) == (1, 1, 2)
     assert "a replay not for it was written there" in archive.examples[0]
+
+
+def test_copies_of_a_pipeline_share_their_evaluations_through_a_memo_and_expect_the_same(monkeypatch):
+    copy = parse_spec(
+        {
+            **SPEC.to_json(),
+            "destinations": [{**d, "topic": f"copy-{d['topic']}"} for d in SPEC.to_json()["destinations"]],
+            "dlq": {"topic": "copy-dlq"},
+        },
+        pipeline_name="p2",
+    )
+    limits = {**LIMITS, **{f"copy-{topic}": limit for topic, limit in LIMITS.items()}}
+    records = [source(i, json.dumps({"type": "PushEvent", "actor": f"u{i}"}).encode()) for i in range(5)]
+    calls = []
+    evaluate = accounting.evaluate_destination
+    monkeypatch.setattr(
+        accounting, "evaluate_destination", lambda *a, **k: calls.append(1) or evaluate(*a, **k)
+    )
+
+    memo: accounting.OutcomeMemo = {}
+    first = accounting.expected_fates(SPEC, records, limits, memo=memo)
+    second = accounting.expected_fates(copy, records, limits, memo=memo)
+    assert first == second
+    assert len(calls) == 5 * 2  # each record and destination evaluated once, for both pipelines
+    other = parse_spec({**SPEC.to_json(), "dlq": {"topic": "dlq"}, "destinations": [
+        {**SPEC.to_json()["destinations"][0], "filter": "/type,==,WatchEvent"}]}, pipeline_name="p3")  # fmt: skip
+    assert all(
+        f["pushes"].kind == "filtered"
+        for f in accounting.expected_fates(other, records, limits, memo=memo).values()
+    )
