@@ -92,6 +92,16 @@ def _driver(tmp_path, spec: dict, name: str, kafka_bootstrap: str, registry_url:
     )
 
 
+def _run_through(driver: DriverProcess, records: int) -> None:
+    """Start ``driver``, wait until it consumed ``records``, stop it cleanly (killed whatever happens)."""
+    driver.start()
+    try:
+        driver.wait_consumed(records)
+        assert driver.stop() == c.EXIT_STOPPED, driver.log_tail()
+    finally:
+        driver.ensure_stopped()
+
+
 def test_avro_records_of_two_schema_versions_are_filtered_transformed_encoded_and_dead_lettered(
     tmp_path, kafka_bootstrap, registry, topics
 ):
@@ -132,12 +142,9 @@ def test_avro_records_of_two_schema_versions_are_filtered_transformed_encoded_an
     coordinates = produce(kafka_bootstrap, source, [(str(i).encode(), v) for i, v in enumerate(values)], 2)
     by_coordinate = {coordinate: i for i, coordinate in enumerate(coordinates)}
 
-    driver = _driver(tmp_path, spec, f"fmt-{suffix}", kafka_bootstrap, registry.connection.url).start()
-    try:
-        driver.wait_consumed(len(values))
-        assert driver.stop() == c.EXIT_STOPPED, driver.log_tail()
-    finally:
-        driver.ensure_stopped()
+    _run_through(
+        _driver(tmp_path, spec, f"fmt-{suffix}", kafka_bootstrap, registry.connection.url), len(values)
+    )
 
     fates = written_fates(kafka_bootstrap, spec)
     decoder = RecordDecoder(registry, "avro")
@@ -201,12 +208,9 @@ def test_protobuf_records_decode_with_their_message_and_pass_through_unchanged(
     coordinates = produce(kafka_bootstrap, source, [(str(i).encode(), v) for i, v in enumerate(values)], 2)
     by_coordinate = {coordinate: i for i, coordinate in enumerate(coordinates)}
 
-    driver = _driver(tmp_path, spec, f"pfmt-{suffix}", kafka_bootstrap, registry.connection.url).start()
-    try:
-        driver.wait_consumed(len(values))
-        assert driver.stop() == c.EXIT_STOPPED, driver.log_tail()
-    finally:
-        driver.ensure_stopped()
+    _run_through(
+        _driver(tmp_path, spec, f"pfmt-{suffix}", kafka_bootstrap, registry.connection.url), len(values)
+    )
 
     tagged = consume_all(kafka_bootstrap, f"fmt-tagged-{suffix}")
     assert sorted(json.loads(r.value)["kind"] for r in tagged) == sorted(f"k{i}" for i in range(0, 12, 3))
@@ -289,12 +293,9 @@ def test_json_schema_records_are_read_and_written_with_their_subjects_schema(
     values = [frame(source_id, json.dumps(b).encode()) for b in bodies] + [frame(source_id, b"{not json")]
     produce(kafka_bootstrap, source, [(str(i).encode(), v) for i, v in enumerate(values)], 2)
 
-    driver = _driver(tmp_path, spec, f"jfmt-{suffix}", kafka_bootstrap, registry.connection.url).start()
-    try:
-        driver.wait_consumed(len(values))
-        assert driver.stop() == c.EXIT_STOPPED, driver.log_tail()
-    finally:
-        driver.ensure_stopped()
+    _run_through(
+        _driver(tmp_path, spec, f"jfmt-{suffix}", kafka_bootstrap, registry.connection.url), len(values)
+    )
 
     written = consume_all(kafka_bootstrap, out_topic)
     decoder = RecordDecoder(registry, "json_schema")
