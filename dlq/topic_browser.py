@@ -58,10 +58,7 @@ from pipelines.models import Pipeline
 from pipelines.selectors import visible_pipelines
 from pipelines.spec import PipelineSpec, parse_spec
 from streamforge_core import contract as c
-from streamforge_core.codec_errors import DecodeError
-from streamforge_core.contract import PipelineHalt
 from streamforge_core.kafka import KafkaConnection, Record, admin_config, consumer_config
-from streamforge_core.record_formats import json_text
 
 #: Records per page, by default and at most.
 PAGE_SIZE = 50
@@ -595,18 +592,12 @@ def _value_decoder(pipeline: Pipeline, topic: str) -> ValueDecoder | None:
     def decode(value: bytes | None) -> tuple[bytes | None, str]:
         if value is None:
             return None, ""
-        try:
-            decoded = decoder.decode(value)
-            text = json_text(decoded.value).encode()
-        except DecodeError as exc:
-            return value, f"not decoded: {exc.reason}"
-        except ValueError as exc:
-            return value, f"not decoded: no JSON form ({exc})"
-        except PipelineHalt as exc:
-            return value, f"not decoded: the schema registry cannot answer ({exc.detail})"
+        decoded = services.decode_with(decoder, value)
+        if decoded.text is None or decoded.schema is None:
+            return value, f"not decoded: {decoded.error}"
         schema = decoded.schema
         where = f", subject {schema.subject} version {schema.version}" if schema.subject else ""
-        return text, f"{decoder.format}, schema {schema.schema_id}{where}"
+        return decoded.text, f"{decoder.format}, schema {schema.schema_id}{where}"
 
     return decode
 

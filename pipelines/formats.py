@@ -24,14 +24,13 @@ from pipelines.models import KafkaCluster
 from pipelines.registries import registry_for
 from pipelines.spec import DestinationConfig, PipelineSpec
 from streamforge_core import contract as c
-from streamforge_core.codec_errors import DecodeError, SchemaValidation, UnusableSchema
+from streamforge_core.codec_errors import SchemaValidation, UnusableSchema
 from streamforge_core.record_formats import (
     REGISTRY_FORMATS,
     DecodedRecord,
     RecordDecoder,
     RecordEncoder,
     default_subject,
-    json_text,
     shared_registry,
 )
 from streamforge_core.schema_codecs import codec_for
@@ -78,14 +77,16 @@ class PipelineFormats:
 
     def decoded_text(self, value: bytes | None) -> bytes:
         """``decode(value)`` as the UTF-8 JSON text the DSL reads; the same errors."""
-        decoded = self.decode(value).value
-        try:
-            return json_text(decoded).encode()
-        except ValueError as exc:
-            raise DecodeError(f"value has no JSON form: {exc}") from None
+        return self.decode(value).text().encode()
 
-    def encode_like(self, schema: RegisteredSchema, message_indexes: tuple[int, ...], text: bytes, *,
-                    version: int | None = None) -> tuple[bytes, RegisteredSchema]:  # fmt: skip
+    def encode_like(
+        self,
+        schema: RegisteredSchema,
+        message_indexes: tuple[int, ...],
+        text: bytes,
+        *,
+        version: int | None = None,
+    ) -> tuple[bytes, RegisteredSchema]:
         """``text`` (a JSON fix) framed with ``schema`` (the dead letter's writer schema), or with ``version``
         of its subject after the registry found that version compatible with the writer schema's subject
         (``POST /compatibility/subjects/{s}/versions/{v}``). Returns the value and the schema used. Raises

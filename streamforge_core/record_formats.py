@@ -121,6 +121,14 @@ class DecodedRecord:
     schema: RegisteredSchema
     message_indexes: tuple[int, ...]
 
+    def text(self) -> str:
+        """``value`` as JSON text (``json_text``). Raises ``DecodeError`` for a value JSON cannot carry (a NaN
+        or an infinity in an Avro or Protobuf double)."""
+        try:
+            return json_text(self.value)
+        except ValueError as exc:
+            raise DecodeError(f"value has no JSON form: {exc}") from None
+
 
 class RecordDecoder:
     """Reads Confluent-framed values of one registry ``fmt`` (``avro``, ``protobuf``, ``json_schema``).
@@ -175,12 +183,8 @@ class RecordDecoder:
         return DecodedRecord(codec.decode(framed.body), schema, framed.message_indexes)
 
     def decode_text(self, value: bytes | None) -> str:
-        """``decode(value).value`` as JSON text (``json_text``); the same errors."""
-        decoded = self.decode(value).value
-        try:
-            return json_text(decoded)
-        except ValueError as exc:  # a float NaN/Infinity in an Avro double or Protobuf double
-            raise DecodeError(f"value has no JSON form: {exc}") from None
+        """``decode(value)`` as JSON text (``DecodedRecord.text``); the same errors."""
+        return self.decode(value).text()
 
 
 class RecordEncoder:

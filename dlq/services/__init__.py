@@ -50,7 +50,7 @@ from dlq.services.bulk_fix import (
     parse_fix,
     preview_bulk_fix,
 )
-from dlq.services.decoded import DecodedPayload, decoded_payload, stored_fix
+from dlq.services.decoded import DecodedPayload, decode_with, decoded_payload, stored_fix
 from dlq.services.errors import Conflict, InvalidRequest, RegistryUnavailable, ReplayFailed, WouldFailAgain
 from dlq.services.exports import EXPORT_MAX_ROWS, DeadLetterExport, export_dead_letters
 from dlq.services.fixes import (
@@ -149,6 +149,7 @@ __all__ = [
     "create_bulk_fix",
     "current_payload",
     "decode_headers",
+    "decode_with",
     "decoded_payload",
     "delete_runbook",
     "export_dead_letters",

@@ -16,7 +16,8 @@ from dlq.services.errors import InvalidRequest, RegistryUnavailable
 from pipelines.formats import PipelineFormats, RegistryUnreachable, formats_for
 from pipelines.spec import PipelineSpec, SpecError
 from streamforge_core.codec_errors import DecodeError, SchemaValidation
-from streamforge_core.record_formats import default_subject, json_text
+from streamforge_core.contract import PipelineHalt
+from streamforge_core.record_formats import RecordDecoder, default_subject
 from streamforge_core.schema_registry import RegisteredSchema, RegistryError, RegistryRejected
 
 __all__ = [
@@ -87,26 +88,25 @@ def decoded_payload(dead_letter: DeadLetter, value: bytes | None) -> DecodedPayl
         return DecodedPayload(
             spec.source.format, None, None, (), f"the schema registry cannot be used: {exc}"
         )
-    if formats is None or not formats.reads_registry:
+    if formats is None or formats.decoder is None:
         return None
-    return decode_with(formats, value)
+    return decode_with(formats.decoder, value)
 
 
-def decode_with(formats: PipelineFormats, value: bytes | None) -> DecodedPayload:
-    """``value`` decoded with ``formats`` (``pipeline_formats`` of its dead letter, which a caller decoding
-    many dead letters of one pipeline gets once). Never raises: what went wrong is ``error``."""
+def decode_with(decoder: RecordDecoder, value: bytes | None) -> DecodedPayload:
+    """``value`` decoded with ``decoder`` (a pipeline's, ``pipeline_formats``, which a caller decoding many
+    dead letters of one pipeline gets once; or a topic's, ``pipelines.formats.topic_decoder``). Never
+    raises: what went wrong is ``error``."""
     try:
-        decoded = formats.decode(value)
-        text = json_text(decoded.value).encode()
+        decoded = decoder.decode(value)
+        text = decoded.text().encode()
     except DecodeError as exc:
-        return DecodedPayload(formats.source_format, None, None, (), exc.reason)
-    except ValueError as exc:  # NaN or an infinity in a double: no JSON form
-        return DecodedPayload(formats.source_format, None, None, (), f"value has no JSON form: {exc}")
-    except RegistryUnreachable as exc:
+        return DecodedPayload(decoder.format, None, None, (), exc.reason)
+    except PipelineHalt as exc:
         return DecodedPayload(
-            formats.source_format, None, None, (), f"the schema registry cannot answer: {exc}"
+            decoder.format, None, None, (), f"the schema registry cannot answer: {exc.detail}"
         )
-    return DecodedPayload(formats.source_format, text, decoded.schema, decoded.message_indexes, "")
+    return DecodedPayload(decoder.format, text, decoded.schema, decoded.message_indexes, "")
 
 
 def stored_fix(dead_letter: DeadLetter, value: bytes, *, version: int | None = None) -> bytes:

@@ -178,8 +178,9 @@ def _rows(actor: User, qs: Any, *, include_payload: bool, fmt: str) -> Iterator[
         if include_payload:
             value = bytes(dl.value) if dl.value is not None else None
             registry_formats = _registry_formats(dl, formats) if value is not None else None
-            if registry_formats is not None:  # exported (and masked) as its decoded record when it decodes
-                decoded = decode_with(registry_formats, value)
+            if registry_formats is not None and registry_formats.decoder is not None:
+                # exported (and masked) as its decoded record when it decodes
+                decoded = decode_with(registry_formats.decoder, value)
                 value = decoded.text if decoded.text is not None else value
             rendered = masking.value(value)
             row["value"], row["value_encoding"] = shown_text(

@@ -134,6 +134,9 @@ def test_an_avro_dead_letter_is_shown_decoded_with_its_schema_and_masked_on_its_
     assert schema.status_code == 200, schema.content
     assert (schema.json()["schema_type"], schema.json()["subject"]) == ("AVRO", subject)
     assert api_for(people["viewer"]).get("/api/clusters/default/schemas/2000000000/").status_code == 404
+    # another team, with no pipeline on the cluster, does not see its registry at all
+    assert api_for(people["foreign"]).get(f"/api/clusters/default/schemas/{schema_id}/").status_code == 404
+    assert api_for(people["foreign"]).get(f"/api/dlq/messages/{row.pk}/").status_code == 404
 
 
 def test_a_json_fix_is_stored_framed_with_the_writer_schema_and_would_pass(
@@ -201,6 +204,20 @@ def test_a_fix_may_be_written_with_a_later_compatible_version_of_the_subject(
     )
     assert missing.status_code == 400
     assert "version 9" in missing.json()["schema_version"][0]
+    for bad in (0, "two", 2**31):
+        refused = api.post(
+            f"/api/dlq/messages/{row.pk}/fix/",
+            {"value": fixed, "reason": "x", "schema_version": bad},
+            format="json",
+        )
+        assert refused.status_code == 400, refused.content
+        assert "schema_version" in refused.json()
+    as_viewer = api_for(people["viewer"]).post(
+        f"/api/dlq/messages/{row.pk}/fix/",
+        {"value": fixed, "reason": "x", "schema_version": 2},
+        format="json",
+    )
+    assert as_viewer.status_code == 403
 
 
 def test_an_export_has_the_decoded_record_masked_on_its_fields(
