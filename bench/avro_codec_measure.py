@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from demo.avro_topic import fit_to_schema
 from streamforge_core.registered_schema import RegisteredSchema
 from streamforge_core.schema_codecs import codec_for
 from streamforge_core.wire_format import frame, unframe
@@ -31,28 +32,6 @@ EVENTS = ROOT / "demo" / "data" / "github-events-2021-07-21.ndjson"
 SCHEMA = ROOT / "demo" / "schemas" / "github_event.avsc"
 #: The id the measurement frames records with (any id: no registry is asked).
 SCHEMA_ID = 1
-
-
-def fit_to_schema(schema: Any, value: Any, named: dict[str, Any] | None = None) -> Any:
-    """``value`` (a decoded GitHub event) cut down to the fields ``schema`` (parsed Avro JSON) declares:
-    fields the schema lacks are dropped, fields the value lacks are left out (their default, null, is
-    written). Handles what ``github_event.avsc`` uses: records, arrays, ``["null", T]`` unions, primitives
-    and logical types."""
-    named = {} if named is None else named
-    if isinstance(schema, str):
-        return fit_to_schema(named[schema], value, named) if schema in named else value
-    if isinstance(schema, list):
-        branch = next(branch for branch in schema if branch != "null")
-        return None if value is None else fit_to_schema(branch, value, named)
-    if schema["type"] == "record":
-        named[schema["name"]] = schema
-        fields = schema["fields"]
-        return {
-            f["name"]: fit_to_schema(f["type"], value[f["name"]], named) for f in fields if f["name"] in value
-        }
-    if schema["type"] == "array":
-        return [fit_to_schema(schema["items"], item, named) for item in value]
-    return value
 
 
 def _rate(decode: Callable[[Any], Any], records: list[Any], rounds: int, repeat: int) -> float:

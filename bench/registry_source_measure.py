@@ -31,7 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.avro_codec_measure import EVENTS, SCHEMA, fit_to_schema
+from bench.avro_codec_measure import EVENTS, SCHEMA
+from demo.avro_topic import fit_to_schema
 from streamforge_core.registered_schema import RegisteredSchema
 from streamforge_core.schema_codecs import codec_for
 from streamforge_core.wire_format import frame

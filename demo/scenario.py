@@ -27,6 +27,7 @@ from django.db import transaction
 from rest_framework.authtoken.models import Token
 
 from access.models import Membership, Role, Team
+from demo import avro_topic
 from dlq.models import FailureGroup, Runbook
 from dlq.services import save_runbook
 from notifications import channels
@@ -73,6 +74,31 @@ SPEC: dict[str, Any] = {
         "mode": "at_least_once",
         "commit_strategy": {"kind": "time", "interval_ms": 1000, "max_records": 4000},
     },
+}
+
+AVRO_PIPELINE = "github-avro"
+#: The Avro pipeline (``avro_topic``): its source decoded through the registry, a projection of pushes
+#: written as Avro with its subject's schema, and every record archived as it came (the original bytes).
+#: A null where the projection needs a value is an error, so a push without its commit count is a dead
+#: letter to fix in the console.
+AVRO_DESCRIPTION = (
+    "The same GitHub events as Avro through the schema registry: two writer versions, some bad framing."
+)
+AVRO_SPEC: dict[str, Any] = {
+    "source": {"topics": [avro_topic.SOURCE], "format": "avro", "starting_offsets": "earliest"},
+    "destinations": [
+        {
+            "name": "pushes",
+            "topic": avro_topic.PUSHES_TOPIC,
+            "filter": "/type,==,PushEvent",
+            "transform": "CONSTRUCT:actor=/actor/login:repo=/repo/name:commits=/payload/size",
+            "format": "avro",
+        },
+        {"name": "archive", "topic": "github.avro.archive"},
+    ],
+    "error_handling": {"null_value_behavior": "error"},
+    "dlq": {"topic": "github.events.avro.dlq"},
+    "delivery": SPEC["delivery"],
 }
 
 RUNBOOK = """\
@@ -155,12 +181,13 @@ def setup_notifications(people: DemoPeople, sinks_url: str) -> list[str]:
 
 
 def ensure_topics(bootstrap: str) -> None:
-    """Create the source topic and the archive topic with its smaller record limit (the other destination
-    and DLQ topics are created by the pipeline start, as for any pipeline)."""
+    """Create the two source topics (JSON and Avro) and the archive topic with its smaller record limit (the
+    other destination and DLQ topics are created by the pipeline start, as for any pipeline)."""
     admin = AdminClient(admin_config(KafkaConnection(bootstrap)))
     existing = set(admin.list_topics(timeout=10).topics)
     wanted = [
         NewTopic(SOURCE, 2, 1),
+        NewTopic(avro_topic.SOURCE, 2, 1),
         NewTopic("github.archive", 2, 1, config={"max.message.bytes": str(ARCHIVE_MAX_BYTES)}),
     ]
     missing = [t for t in wanted if t.topic not in existing]
@@ -170,19 +197,23 @@ def ensure_topics(bootstrap: str) -> None:
 
 
 @transaction.atomic
-def setup_pipeline(people: DemoPeople) -> Pipeline:
-    """The demo pipeline (created, or revised to the current demo spec)."""
+def setup_pipeline(
+    people: DemoPeople, name: str = PIPELINE, spec: dict[str, Any] | None = None, description: str = ""
+) -> Pipeline:
+    """The demo pipeline ``name`` (created, or revised to ``spec``; default: the JSON pipeline's)."""
+    spec = SPEC if spec is None else spec
     team = Team.objects.get(name=TEAM)
-    pipeline = Pipeline.objects.filter(name=PIPELINE).first()
+    pipeline = Pipeline.objects.filter(name=name).first()
     if pipeline is None:
         return create_pipeline(
             actor=people.admin,
-            name=PIPELINE,
+            name=name,
             team=team,
-            spec=SPEC,
-            description="Public GitHub events: pushes and pull requests projected, everything archived.",
+            spec=spec,
+            description=description
+            or "Public GitHub events: pushes and pull requests projected, everything archived.",
         )
-    revise_pipeline(actor=people.admin, pipeline=pipeline, spec=SPEC, comment="demo spec")
+    revise_pipeline(actor=people.admin, pipeline=pipeline, spec=spec, comment="demo spec")
     pipeline.refresh_from_db()
     return pipeline
 
@@ -283,9 +314,10 @@ def stream(events: list[dict[str, Any]], *, corrupt_every: int) -> Iterator[tupl
 
 
 class Feeder:
-    """Produces ``stream`` records at ``rate`` records/s until ``stop`` is set; ``counts`` per kind."""
+    """Produces (key, value, kind) records to ``topic`` at ``rate`` records/s until ``stop`` is set;
+    ``counts`` per kind."""
 
-    def __init__(self, bootstrap: str, *, rate: float, corrupt_every: int) -> None:
+    def __init__(self, bootstrap: str, *, rate: float, topic: str = SOURCE) -> None:
         self.producer = Producer(
             producer_config(
                 KafkaConnection(bootstrap),
@@ -294,19 +326,19 @@ class Feeder:
             )
         )
         self.rate = rate
-        self.corrupt_every = corrupt_every
+        self.topic = topic
         self.stop = threading.Event()
         self.counts: Counter[str] = Counter()
 
-    def run(self, events: list[dict[str, Any]]) -> None:
-        """Produce until stopped, pacing to the rate; flushes before returning."""
+    def run(self, records: Iterator[tuple[bytes, bytes, str]]) -> None:
+        """Produce ``records`` until stopped, pacing to the rate; flushes before returning."""
         started = time.monotonic()
-        for produced, (key, value, kind) in enumerate(stream(events, corrupt_every=self.corrupt_every), 1):
+        for produced, (key, value, kind) in enumerate(records, 1):
             if self.stop.is_set():
                 break
             while True:
                 try:
-                    self.producer.produce(SOURCE, key=key, value=value)
+                    self.producer.produce(self.topic, key=key, value=value)
                     break
                 except BufferError:
                     self.producer.poll(0.1)

@@ -1,8 +1,9 @@
 """The main job, headless: ``python -m devstack --profile test demo`` starts the stack and the demo pipeline
 over real GitHub events; a real browser sees the running pipeline's figures move on the overview without a
 reload; through the REST API alone this test fixes and replays one dead letter and sees it arrive on its
-destination topic, then stops the demo with SIGINT as a terminal's Ctrl-C would and checks that
-exactly what the demo started was stopped (the suite's own Kafka and Redis keep running)."""
+destination topic; it sees the demo's Avro pipeline write Avro and dead-letter its bad records with their
+reasons; then it stops the demo with SIGINT as a terminal's Ctrl-C would and checks that exactly what the
+demo started was stopped (the suite's own Kafka and Redis keep running)."""
 
 from __future__ import annotations
 
@@ -21,12 +22,21 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from demo import avro_topic
 from devstack import config
 from devstack.services import running_process
 from streamforge_core import contract as c
+from streamforge_core.record_formats import RecordDecoder
+from streamforge_core.schema_registry import RegistryConnection, SchemaRegistry
 from tests.pipelines.spark.harness import consume_all
 
-pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.spark, pytest.mark.browser]
+pytestmark = [
+    pytest.mark.kafka,
+    pytest.mark.redis,
+    pytest.mark.spark,
+    pytest.mark.browser,
+    pytest.mark.registry,
+]
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = config.profile("test")
@@ -102,6 +112,44 @@ def watch_the_overview_move(password: str, log: Path) -> None:
             browser.close()
 
 
+def see_the_avro_pipeline_work(api: Api, log: Path) -> None:
+    """The demo's Avro pipeline (#31) runs beside the JSON one: its Avro projection is written with its
+    subject's schema, and its bad records are dead letters with the reasons DESIGN.md names (an id the
+    registry never gave; a null where the projection needs a value, shown decoded)."""
+    wait_for(
+        lambda: api.call("GET", "/api/pipelines/github-avro/")[1]["state"] == "running",
+        240,
+        "github-avro running",
+        log,
+    )
+
+    def parked(error_type: str, text: str) -> list[dict[str, Any]]:
+        answer = api.call("GET", f"/api/dlq/messages/?pipeline=github-avro&error_type={error_type}")[1]
+        return [m for m in answer["results"] if text in m["error_message"]]
+
+    wait_for(
+        lambda: parked("MessageDeserialization", f"unknown schema id {avro_topic.UNKNOWN_SCHEMA_ID}"),
+        180,
+        "an unknown-schema-id dead letter of github-avro",
+        log,
+    )
+    [null_size, *_] = wait_for(
+        lambda: parked("TransformEvaluation", "null"), 180, "a null commit count of github-avro", log
+    )
+    detail = api.call("GET", f"/api/dlq/messages/{null_size['id']}/")[1]
+    assert json.loads(detail["value"]["text"])["payload"]["size"] is None, detail["value"]
+    registry = SchemaRegistry(RegistryConnection(os.environ["SCHEMA_REGISTRY_URL"], timeout_s=5))
+    projected = wait_for(
+        lambda: consume_all(settings.KAFKA_BOOTSTRAP_SERVERS, avro_topic.PUSHES_TOPIC),
+        120,
+        f"Avro records on {avro_topic.PUSHES_TOPIC}",
+        log,
+    )
+    record = RecordDecoder(registry, "avro").decode(projected[0].value)
+    assert record.schema.subject == f"{avro_topic.PUSHES_TOPIC}-value"
+    assert set(record.value) == {"actor", "repo", "commits"}
+
+
 def test_the_demo_runs_headless_and_a_fixed_dead_letter_reaches_its_destination(tmp_path):
     log = tmp_path / "demo.log"
     before = {name for name in ("kafka", "redis") if running_process(PROFILE, name) is not None}
@@ -132,7 +180,8 @@ def test_the_demo_runs_headless_and_a_fixed_dead_letter_reaches_its_destination(
             lambda: [
                 m
                 for m in api.call(
-                    "GET", "/api/dlq/messages/?error_type=JsonPathNotFound&status=parked&q=CONSTRUCT"
+                    "GET",
+                    "/api/dlq/messages/?pipeline=github-demo&error_type=JsonPathNotFound&status=parked&q=CONSTRUCT",
                 )[1]["results"]
                 if m["destination"] == "pushes"
             ],
@@ -167,6 +216,7 @@ def test_the_demo_runs_headless_and_a_fixed_dead_letter_reaches_its_destination(
         # can take longer than that, so the running totals are what must have moved).
         metrics = api.call("GET", "/api/pipelines/github-demo/metrics/")[1]
         assert metrics["totals"]["consumed"] > 0, metrics
+        see_the_avro_pipeline_work(api, log)
     finally:
         os.killpg(demo.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
         try:
@@ -176,6 +226,7 @@ def test_the_demo_runs_headless_and_a_fixed_dead_letter_reaches_its_destination(
             raise
     output = log.read_text()
     assert "github-demo is stopped" in output, output[-3000:]
+    assert "github-avro is stopped" in output, output[-3000:]
     assert code in (0, 130), output[-3000:]
     for name in ("web", "worker", "beat", "dlq-ingest"):
         assert running_process(PROFILE, name) is None, f"{name} still runs after the demo"

@@ -92,7 +92,11 @@
       create.disabled = true;
     });
 
-    document.getElementById("bulk-count").addEventListener("click", function () {
+    // Rendered disabled, enabled once this handler is bound: a click before the script ran did nothing.
+    const countButton = document.getElementById("bulk-count");
+    countButton.disabled = false;
+    countButton.removeAttribute("title");
+    countButton.addEventListener("click", function () {
       if (kindSelect.value === "fix") return;  // a bulk fix has its own preview (dlq_bulk_fix.js)
       const request = Object.assign(body(), { dry_run: true });
       say("counting…", "");

@@ -94,7 +94,11 @@
     apply.disabled = true;
   });
 
-  document.getElementById("bulk-fix-preview").addEventListener("click", function () {
+  // Rendered disabled, enabled once this handler is bound (as the count button in dlq_bulk.js).
+  const previewButton = document.getElementById("bulk-fix-preview");
+  previewButton.disabled = false;
+  previewButton.removeAttribute("title");
+  previewButton.addEventListener("click", function () {
     let request;
     try { request = { filters: filters(), fix: fix(), dry_run: true }; } catch (e) { say(e.message, "bad"); return; }
     say("previewing…", "");

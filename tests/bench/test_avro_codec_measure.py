@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from bench.avro_codec_measure import EVENTS, SCHEMA, SCHEMA_ID, fit_to_schema, measure
+from bench.avro_codec_measure import EVENTS, SCHEMA, SCHEMA_ID, measure
+from demo.avro_topic import fit_to_schema
 from streamforge_core.registered_schema import RegisteredSchema
 from streamforge_core.schema_codecs import codec_for
 

@@ -8,6 +8,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -226,6 +227,18 @@ def _states(pgid: int) -> set[str]:
     return states
 
 
+def _settled_states(pgid: int, wanted: str, seconds: float = 10.0) -> set[str]:
+    """The group's states once every member shows ``wanted``, or as they are after ``seconds``. A signal is
+    delivered when the process next leaves the kernel: one in uninterruptible sleep (``disk-sleep``, a busy
+    CI disk) shows SIGSTOP only a moment later, so an immediate look can miss it."""
+    deadline = time.monotonic() + seconds
+    while True:
+        states = _states(pgid)
+        if states <= {wanted} or time.monotonic() > deadline:
+            return states
+        time.sleep(0.05)
+
+
 @pytest.fixture
 def host(cluster: config.Profile, tmp_path):
     """runner-a as a devstack service (a two-process group tagged as the runner) with two driver groups: one
@@ -305,7 +318,7 @@ def test_freeze_stops_the_same_groups_and_thaw_resumes_the_drivers_before_the_ru
     lines = hosts.freeze_host(cluster, "runner-a")
     assert len(lines) == 3
     for pgid in mine:
-        assert _states(pgid) == {psutil.STATUS_STOPPED}, pgid
+        assert _settled_states(pgid, psutil.STATUS_STOPPED) == {psutil.STATUS_STOPPED}, pgid
     for name in ("runner-b-driver", "other-stack", "untagged"):
         assert psutil.STATUS_STOPPED not in _states(groups[name].pid), name
     assert {g.pgid for g in hosts.frozen_groups(cluster, "runner-a")} == set(mine)

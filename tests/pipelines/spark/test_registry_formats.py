@@ -2,8 +2,8 @@
 (Apicurio, the test profile's), each with its writer schema, filters and transforms the decoded record, writes
 a destination in Avro with its subject's latest schema and another with the original bytes, and dead-letters
 what is bad: a record that does not decode (``MessageDeserialization`` with the reason) and a transformed
-record that does not fit its subject (``SchemaValidation`` naming the field). A registry that cannot be
-reached halts the pipeline with the reason and dead-letters nothing (DESIGN.md "Record formats")."""
+record that does not fit its subject (``SchemaValidation`` naming the field). A registry that stops answering
+mid-stream halts the pipeline with the reason and dead-letters nothing (DESIGN.md "Record formats")."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import json
 import os
 import uuid
 from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -24,6 +25,7 @@ from streamforge_core.schema_codecs import codec_for
 from streamforge_core.schema_registry import RegistryConnection, SchemaRegistry
 from streamforge_core.wire_format import frame
 from tests.pipelines.spark.harness import DriverProcess, consume_all, produce, written_fates
+from tests.tcp_gate import TcpGate
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.spark, pytest.mark.registry]
 
@@ -223,11 +225,17 @@ def test_protobuf_records_decode_with_their_message_and_pass_through_unchanged(
     assert f"schema {schema_id}" in str(dlq[0].header(c.H_ERROR))
 
 
-def test_a_registry_that_cannot_be_reached_halts_the_pipeline_and_dead_letters_nothing(
+def test_a_registry_that_stops_mid_stream_halts_the_pipeline_and_the_restart_loses_nothing(
     tmp_path, kafka_bootstrap, registry, topics
 ):
+    """The registry answers while the first records (schema v1) are read, then stops (connections refused
+    and the open ones cut, through a gate in front of the real registry, which keeps its schemas) before
+    records of v2, an id the driver has not cached yet: the lookups are retried with backoff, then the
+    pipeline halts as Config naming the registry; nothing is dead-lettered and nothing of v2 is written.
+    The registry back, a new run on the same checkpoint reads from the record it halted on: 0 lost."""
     suffix, source, ensure = topics
-    schema_id = registry.register(f"{source}-value", json.dumps(EVENT_V1))
+    v1 = registry.register(f"{source}-value", json.dumps(EVENT_V1))
+    v2 = registry.register(f"{source}-value", json.dumps(EVENT_V2))
     spec = {
         "source": {"topics": [source], "format": "avro"},
         "destinations": [{"name": "all", "topic": f"fmt-all-{suffix}", "transform": "EXTRACT:/id,id"}],
@@ -235,30 +243,47 @@ def test_a_registry_that_cannot_be_reached_halts_the_pipeline_and_dead_letters_n
         "dlq": {"topic": f"fmt-hdlq-{suffix}"},
     }
     ensure(spec, f"hfmt-{suffix}")
-    event = {"id": 1, "type": "PushEvent", "actor": {"login": "a"}}
-    produce(kafka_bootstrap, source, [(b"1", _avro(registry, schema_id, event))])
+    real = urlsplit(registry.connection.url)
+    gate = TcpGate((real.hostname or "127.0.0.1", real.port or 80)).open()
+    through_gate = urlunsplit(real._replace(netloc=f"127.0.0.1:{gate.port}"))
 
-    # A port nothing listens on: every lookup is refused at once, so the backoff alone sets the time.
-    driver = _driver(tmp_path, spec, f"hfmt-{suffix}", kafka_bootstrap, "http://127.0.0.1:9").start()
+    def event(i: int, schema_id: int) -> tuple[bytes, bytes]:
+        body = {"id": i, "type": "PushEvent", "actor": {"login": f"u{i}"}}
+        return str(i).encode(), _avro(registry, schema_id, body if schema_id == v1 else {**body, "size": i})
+
+    produce(kafka_bootstrap, source, [event(i, v1) for i in range(3)])
+    driver = _driver(tmp_path, spec, f"hfmt-{suffix}", kafka_bootstrap, through_gate).start()
     try:
+        driver.wait_consumed(3)
+        gate.shut()
+        produce(kafka_bootstrap, source, [event(i, v2) for i in range(3, 5)])
         assert driver.wait(240) == c.EXIT_CONFIG, driver.log_tail()
     finally:
         driver.ensure_stopped()
     report = driver.exit_report()
     assert report["error_type"] == c.CONFIG
-    assert "schema registry http://127.0.0.1:9 could not serve" in report["message"]
+    assert f"schema registry {through_gate} could not serve" in report["message"]
     assert consume_all(kafka_bootstrap, spec["dlq"]["topic"]) == []
-    assert consume_all(kafka_bootstrap, f"fmt-all-{suffix}") == []
+    assert sorted(json.loads(r.value)["id"] for r in consume_all(kafka_bootstrap, f"fmt-all-{suffix}")) == [
+        0,
+        1,
+        2,
+    ]
 
-    # The registry is back: a new run on the same checkpoint reads the record it halted on; nothing was lost.
-    driver.env["SCHEMA_REGISTRY_URL"] = registry.connection.url
-    driver.restart()
+    gate.open()  # the registry is back, on the same address
     try:
-        driver.wait_consumed(1)
-        assert driver.stop() == c.EXIT_STOPPED, driver.log_tail()
+        driver.restart()
+        try:
+            driver.wait_consumed(2)
+            assert driver.stop() == c.EXIT_STOPPED, driver.log_tail()
+        finally:
+            driver.ensure_stopped()
     finally:
-        driver.ensure_stopped()
-    assert [json.loads(r.value) for r in consume_all(kafka_bootstrap, f"fmt-all-{suffix}")] == [{"id": 1}]
+        gate.shut()
+    written = [json.loads(r.value)["id"] for r in consume_all(kafka_bootstrap, f"fmt-all-{suffix}")]
+    assert sorted(written) == [0, 1, 2, 3, 4], (
+        "each record once: nothing lost, the committed batch not read again"
+    )
     assert consume_all(kafka_bootstrap, spec["dlq"]["topic"]) == []
 
 
