@@ -91,6 +91,18 @@ def kafka_admin(kafka_bootstrap: str) -> AdminClient:
     return admin
 
 
+@pytest.fixture(scope="session")
+def registry_url() -> str:
+    """The test profile's schema registry (``SCHEMA_REGISTRY_URL``, Apicurio's Confluent-compatible API);
+    fails, never skips, when it is not set."""
+    url = os.environ.get("SCHEMA_REGISTRY_URL")
+    if not url:
+        pytest.fail(
+            "SCHEMA_REGISTRY_URL is not set: start the test profile's registry (devstack up registry)"
+        )
+    return url
+
+
 @pytest.fixture
 def make_topic(kafka_admin: AdminClient) -> Iterator[Callable[..., str]]:
     """Create uniquely named topics for one test and delete them afterwards."""

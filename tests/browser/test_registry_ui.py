@@ -6,7 +6,6 @@ driver then passes it to its destination (nothing dead-lettered again)."""
 from __future__ import annotations
 
 import json
-import os
 import uuid
 
 import pytest
@@ -45,13 +44,8 @@ ISSUE = {
 
 
 @pytest.fixture
-def registry():
-    url = os.environ.get("SCHEMA_REGISTRY_URL")
-    if not url:
-        pytest.fail(
-            "SCHEMA_REGISTRY_URL is not set: start the test profile's registry (devstack up registry)"
-        )
-    return shared_registry(RegistryConnection(url, timeout_s=5))
+def registry(registry_url):
+    return shared_registry(RegistryConnection(registry_url, timeout_s=5))
 
 
 @pytest.fixture
@@ -80,7 +74,9 @@ def avro_pipeline(team, people, registry, kafka_admin):  # noqa: F811  (fixtures
             "dlq": {"topic": f"{source}.dlq"},
         },
     )
-    created = ensure_topics(kafka_admin, parse_spec(pipeline.current_revision.spec, pipeline_name=pipeline.name)).created
+    created = ensure_topics(
+        kafka_admin, parse_spec(pipeline.current_revision.spec, pipeline_name=pipeline.name)
+    ).created
     kafka_admin.create_topics([NewTopic(source, 1, 1)])[source].result(timeout=30)
     created.append(source)
     yield pipeline, schema_id

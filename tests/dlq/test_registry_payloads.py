@@ -48,15 +48,8 @@ EVENT_V2 = {**EVENT, "fields": [*EVENT["fields"], {"name": "public", "type": "bo
 
 
 @pytest.fixture
-def registry(settings):
-    import os
-
-    url = os.environ.get("SCHEMA_REGISTRY_URL")
-    if not url:
-        pytest.fail(
-            "SCHEMA_REGISTRY_URL is not set: start the test profile's registry (devstack up registry)"
-        )
-    return shared_registry(RegistryConnection(url, timeout_s=5))
+def registry(registry_url):
+    return shared_registry(RegistryConnection(registry_url, timeout_s=5))
 
 
 @pytest.fixture

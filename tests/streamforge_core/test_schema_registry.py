@@ -7,7 +7,6 @@ a registry is never taken for one that does not know the id."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import threading
 import time
@@ -28,13 +27,8 @@ pytestmark = pytest.mark.registry
 
 
 @pytest.fixture
-def registry():
-    url = os.environ.get("SCHEMA_REGISTRY_URL")
-    if not url:
-        pytest.fail(
-            "SCHEMA_REGISTRY_URL is not set: start the test profile's registry (devstack up registry)"
-        )
-    with SchemaRegistry(RegistryConnection(url, timeout_s=5), cache_size=2) as client:
+def registry(registry_url):
+    with SchemaRegistry(RegistryConnection(registry_url, timeout_s=5), cache_size=2) as client:
         yield client
 
 

@@ -8,7 +8,6 @@ mid-stream halts the pipeline with the reason and dead-letters nothing (DESIGN.m
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from urllib.parse import urlsplit, urlunsplit
@@ -52,13 +51,8 @@ PUSHER = {
 
 
 @pytest.fixture
-def registry() -> Iterator[SchemaRegistry]:
-    url = os.environ.get("SCHEMA_REGISTRY_URL")
-    if not url:
-        pytest.fail(
-            "SCHEMA_REGISTRY_URL is not set: start the test profile's registry (devstack up registry)"
-        )
-    with SchemaRegistry(RegistryConnection(url, timeout_s=5)) as client:
+def registry(registry_url: str) -> Iterator[SchemaRegistry]:
+    with SchemaRegistry(RegistryConnection(registry_url, timeout_s=5)) as client:
         yield client
 
 
