@@ -78,7 +78,7 @@ test: venv system lint types check-deploy
 # (throughput and latency). Test ports; Kafka/Redis already answering there (another worktree's stack) are
 # used as they are. BENCH_ARGS="--quick" for a smoke run, "--only spark_pipeline --records 400000" etc.
 bench: venv system
-	@$(PY) -m devstack --profile test up kafka redis || echo "bench: using the services already on the test ports"
+	@$(PY) -m devstack --profile test up kafka redis registry || echo "bench: using the services already on the test ports"
 	@eval "$$($(PY) -m devstack --profile test env)"; $(PY) -m bench run $(BENCH_ARGS)
 
 # Only our Spark pipeline's throughput and latency (BENCH_ARGS="--variants at_least_once/2 --records 300000").

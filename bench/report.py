@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import STREAMFORGE_RUST_MSGS_PER_S, Measurement
+from bench.registry_pipeline import AVRO_VS_JSON_GOAL
 from bench.stats import ratio, targets
 
 #: The configuration the targets are judged on: the default delivery mode with issue #3's two destinations.
@@ -48,6 +49,7 @@ def summarize(measurements: list[Measurement]) -> dict[str, Any]:
         if m.scenario == "spark_pipeline" and m.status == "measured"
     }
     density = _find(measurements, "density")
+    avro = _find(measurements, "registry_pipeline", "avro")
     return {
         "headline": {"scenario": HEADLINE[0], "variant": HEADLINE[1], "records_per_s": ours_rate},
         "raw_copy_records_per_s": raw_rate,
@@ -56,9 +58,27 @@ def summarize(measurements: list[Measurement]) -> dict[str, Any]:
         "streamforge_rust_msgs_per_s": STREAMFORGE_RUST_MSGS_PER_S,
         "ratios": ratios,
         "targets": targets(ours_rate, raw_rate, loop_rate, STREAMFORGE_RUST_MSGS_PER_S)
-        + (density.extra.get("targets", []) if density else []),
+        + (density.extra.get("targets", []) if density else [])
+        + (registry_targets(avro, _find(measurements, "registry_pipeline", "json")) if avro else []),
         "density": density.extra if density else None,
     }
+
+
+def registry_targets(avro: Measurement, json_row: Measurement | None) -> list[dict[str, Any]]:
+    """Issue #31's goal for the ``registry_pipeline`` rows: the Avro source's records/s at least
+    ``AVRO_VS_JSON_GOAL`` of the JSON source's on the same records (same entry shape as ``stats.targets``)."""
+    reference = json_row.records_per_s if json_row else None
+    required = AVRO_VS_JSON_GOAL * reference if reference else None
+    ours = avro.records_per_s
+    return [
+        {
+            "name": f"Avro source at least {AVRO_VS_JSON_GOAL:.0%} of the JSON source (registry_pipeline)",
+            "required": None if required is None else round(required),
+            "actual": ours,
+            "ratio": ratio(ours, reference),
+            "met": None if ours is None or required is None else ours >= required,
+        }
+    ]
 
 
 def _fmt(value: float | None, suffix: str = "") -> str:

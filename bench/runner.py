@@ -25,6 +25,7 @@ from bench import (
     linearity,
     python_loop,
     raw_copy,
+    registry_pipeline,
     report,
     spark_pipeline,
     spark_reference,
@@ -44,7 +45,16 @@ from bench.common import (
 #: and N drivers, last).
 SCENARIOS: dict[str, ModuleType] = {
     m.NAME: m
-    for m in (raw_copy, python_loop, spark_pipeline, spark_reference, linearity, dlq_console, density)
+    for m in (
+        raw_copy,
+        python_loop,
+        spark_pipeline,
+        spark_reference,
+        registry_pipeline,
+        linearity,
+        dlq_console,
+        density,
+    )
 }
 
 

@@ -70,7 +70,11 @@ class ProgressReader:
         return sum(e["consumed"] for e in self.poll())
 
 
-def _wait(driver: DriverProcess, reader: ProgressReader, count: int, timeout: float, what: str) -> None:
+def wait_consumed(
+    driver: DriverProcess, reader: ProgressReader, count: int, timeout: float, what: str
+) -> None:
+    """Wait until the run has consumed ``count`` records. Raises RuntimeError (with the driver's log tail)
+    when the driver exits first or ``timeout`` seconds pass."""
     deadline = time.monotonic() + timeout
     while reader.consumed() < count:
         assert driver.process is not None
@@ -111,13 +115,13 @@ def run_variant(ctx: Context, mode: str, destinations: int, index: int) -> Measu
         launched = time.time()
         driver.start()
         try:
-            _wait(driver, reader, n, 1800, "the backlog")
+            wait_consumed(driver, reader, n, 1800, "the backlog")
             load = sampler.stop()
             backlog_events = list(reader.events)
             since_ms = int(time.time() * 1000)
             offered, achieved = offer(services.bootstrap, latency_topic, ctx.records,
                                       rate=ctx.latency_rate, seconds=ctx.latency_seconds)  # fmt: skip
-            _wait(driver, reader, n + offered, 300, "the latency records")
+            wait_consumed(driver, reader, n + offered, 300, "the latency records")
         finally:
             driver.stop()
             driver.ensure_stopped()

@@ -67,6 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=None, help="random seed of the fault points")
     parser.add_argument("--rate", type=float, default=15.0, help="records/s into the source topic")
+    parser.add_argument(
+        "--trigger-ms",
+        type=int,
+        default=0,
+        help="the pipelines' micro-batch trigger interval in ms (default 2000); longer batches cost less CPU a record",
+    )
     parser.add_argument("--corrupt-every", type=int, default=10, help="every N-th record is corrupted")
     parser.add_argument("--out", type=Path, default=Path("artifacts/chaos"))
     parser.add_argument("--keep-stack", action="store_true", help="leave the chaos services running")
@@ -129,7 +135,9 @@ def _run(
     source_topic = create_topics(bootstrap, tag, modes)
     feeder = Feeder(bootstrap, source_topic, rate=args.rate, corrupt_every=args.corrupt_every)
     feeder.start()
-    handles = start_pipelines(actor, tag, modes, bootstrap, stack.profile.redis_url)
+    handles = start_pipelines(
+        actor, tag, modes, bootstrap, stack.profile.redis_url, trigger_ms=args.trigger_ms
+    )
     ctx = Context(
         tag=tag,
         stack=stack,

@@ -103,10 +103,10 @@ def source_topic(tag: str) -> str:
     return f"chaos.{tag}.events"
 
 
-def spec_for(mode: str, tag: str) -> dict[str, Any]:
+def spec_for(mode: str, tag: str, trigger_ms: int = 0) -> dict[str, Any]:
     """The demo's GitHub-events spec (four destinations, the archive with a 256 KiB record limit) on this
     run's topics, reading from earliest, with the delivery block (``DELIVERY``) of pipeline key ``mode``'s
-    delivery mode."""
+    delivery mode; ``trigger_ms`` (ms, 0: the block's 2 s) sets a time commit strategy's interval."""
     spec = copy.deepcopy(demo.SPEC)
     prefix = f"chaos.{tag}.{short_of(mode)}"
     spec["source"] = {"topics": [source_topic(tag)], "starting_offsets": "earliest"}
@@ -114,6 +114,8 @@ def spec_for(mode: str, tag: str) -> dict[str, Any]:
         dest["topic"] = f"{prefix}.{dest['name']}"
     spec["dlq"] = {"topic": f"{prefix}.dlq"}
     spec["delivery"] = copy.deepcopy(DELIVERY[delivery_of(mode)])
+    if trigger_ms and spec["delivery"]["commit_strategy"]["kind"] == "time":
+        spec["delivery"]["commit_strategy"]["interval_ms"] = trigger_ms
     return spec
 
 
@@ -321,15 +323,15 @@ def _create(bootstrap: str, topics: list[NewTopic]) -> None:
 
 
 def start_pipelines(
-    actor: User, tag: str, modes: Iterable[str], bootstrap: str, redis_url: str
+    actor: User, tag: str, modes: Iterable[str], bootstrap: str, redis_url: str, *, trigger_ms: int = 0
 ) -> dict[str, PipelineHandle]:
     """Create one pipeline per key of ``modes`` (a delivery mode, or a copy of one: ``pipeline_keys``) and ask
-    supervision to start each (its runner launches the driver)."""
+    supervision to start each (its runner launches the driver); ``trigger_ms`` as in ``spec_for``."""
     team = Team.objects.get(name=TEAM)
     handles = {}
     for mode in modes:
         name = f"chaos-{short_of(mode)}-{tag}"
-        raw = spec_for(mode, tag)
+        raw = spec_for(mode, tag, trigger_ms)
         pipeline = create_pipeline(
             actor=actor, name=name, team=team, spec=raw, description=f"chaos run {tag}"
         )
