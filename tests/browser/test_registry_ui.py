@@ -119,6 +119,9 @@ def test_an_avro_dead_letter_is_fixed_as_json_replayed_in_its_writer_schema_and_
     page.get_by_test_id("fix-reason").fill("estimate agreed in planning")
     page.get_by_test_id("fix-save").click()
     expect(page.get_by_test_id("flash")).to_contain_text("Saved as payload revision 1; it would pass now")
+    expect(page.get_by_test_id("payload-revision")).to_contain_text("estimate agreed in planning")
+    # The page is redrawn with the fix: Replay no longer warns that the payload would fail again.
+    expect(page.get_by_test_id("replay")).not_to_have_attribute("data-danger", "true")
     page.get_by_test_id("replay").click()
     page.get_by_test_id("confirm-submit").click()
     expect(page.get_by_test_id("message-head").locator('[data-field="status"]')).to_have_text("replayed")
