@@ -37,6 +37,7 @@ from dlq.services import (
     PayloadCheck,
     PayloadRevisionView,
     ProducedAt,
+    RecordFormatView,
     RenderedBytes,
     RenderedHeader,
     ReplaySummary,
@@ -626,6 +627,17 @@ class SiblingSerializer(serializers.Serializer[Sibling]):
     status = serializers.ChoiceField(Status.choices)
 
 
+class RecordFormatViewSerializer(serializers.Serializer[RecordFormatView]):
+    """How a registry-format payload was read (``dlq.services.RecordFormatView``)."""
+
+    format = serializers.CharField(help_text="avro, protobuf or json_schema: the pipeline's source.format")
+    decoded = serializers.BooleanField(help_text="read with its writer schema: value is the decoded record")
+    schema_id = serializers.IntegerField(allow_null=True, help_text="the writer schema's registry id")
+    subject = serializers.CharField(help_text="the writer schema's subject, when the registry names one")
+    version = serializers.IntegerField(allow_null=True, help_text="its version in that subject")
+    error = serializers.CharField(help_text="why it did not decode; empty when it did")
+
+
 class MessageInspectionSerializer(serializers.Serializer[MessageInspection]):
     """``GET /api/dlq/messages/<id>/``: everything about one dead letter (``dlq.services.inspect_message``).
     For viewers, values at ``STREAMFORGE_DLQ_MASKED_PATHS`` are masked (in diffs too) and payloads that are
@@ -654,7 +666,12 @@ class MessageInspectionSerializer(serializers.Serializer[MessageInspection]):
     group = serializers.IntegerField()
     headers = RenderedHeaderSerializer(many=True)
     key = RenderedBytesSerializer()
-    value = RenderedBytesSerializer()
+    value = RenderedBytesSerializer(
+        help_text="for a pipeline that reads a registry format, the decoded record (value_format says how)"
+    )
+    value_format = RecordFormatViewSerializer(
+        allow_null=True, help_text="how a registry-format payload was read; null for a json pipeline"
+    )
     payload_revisions = PayloadRevisionViewSerializer(many=True)
     replays = ReplaySummarySerializer(many=True)
     replay_of = serializers.IntegerField(allow_null=True)

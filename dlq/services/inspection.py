@@ -13,6 +13,7 @@ from django.db.models import QuerySet
 from access.models import Membership, Role, Team
 from access.permissions import AnyUser, is_admin, require_role, role_in, visible_teams
 from dlq.models import DeadLetter
+from dlq.services.decoded import DecodedPayload, decoded_payload
 from dlq.services.fixes import PayloadCheck, payload_diff
 from dlq.services.rendering import (
     UNMASKED,
@@ -114,13 +115,44 @@ class Sibling:
 
 
 @dataclass(frozen=True)
+class RecordFormatView:
+    """How a registry-format payload was read for the console and the API: ``format`` (``avro``,
+    ``protobuf``, ``json_schema``), ``decoded`` (read with its writer schema: then the message's ``value``
+    is the decoded record's JSON), the writer schema's ``schema_id``, ``subject`` and ``version`` (None and
+    ``""`` when it did not decode or the registry does not say), and ``error`` (why it did not decode)."""
+
+    format: str
+    decoded: bool
+    schema_id: int | None
+    subject: str
+    version: int | None
+    error: str
+
+    @classmethod
+    def of(cls, payload: DecodedPayload) -> RecordFormatView:
+        """The view of a ``decoded.DecodedPayload``."""
+        schema = payload.schema
+        return cls(
+            format=payload.format,
+            decoded=payload.decoded,
+            schema_id=schema.schema_id if schema else None,
+            subject=(schema.subject or "") if schema else "",
+            version=schema.version if schema else None,
+            error=payload.error,
+        )
+
+
+@dataclass(frozen=True)
 class MessageInspection:
     """Everything about one dead letter: the record (headers, key, value rendered), source coordinates,
-    the failure, the pipeline revision that failed it, payload revisions with diffs, replays and their
-    outcomes, later failures of replays (dead letter ids), the dead letter it is a replay of, the
-    siblings (dead letters of the same source record at other destinations), and approval requests. ``pipeline`` and ``team`` are names, the DLQ topic's registered owner;
-    ``claimed_pipeline`` is what the record's pipeline header says and ``ownership_warning`` why that claim
-    was not followed (empty when it agrees); ``group`` is the failure group id."""
+        the failure, the pipeline revision that failed it, payload revisions with diffs, replays and their
+        outcomes, later failures of replays (dead letter ids), the dead letter it is a replay of, the
+        siblings (dead letters of the same source record at other destinations), and approval requests. For a
+    pipeline that reads a registry format the value and the fixes are their decoded records (as JSON, masked
+    like JSON) and ``value_format`` says how the value was read (None for a ``json`` pipeline). ``pipeline``
+    and ``team`` are names, the DLQ topic's registered owner;
+        ``claimed_pipeline`` is what the record's pipeline header says and ``ownership_warning`` why that claim
+        was not followed (empty when it agrees); ``group`` is the failure group id."""
 
     id: int
     status: str
@@ -142,6 +174,7 @@ class MessageInspection:
     headers: tuple[RenderedHeader, ...]
     key: RenderedBytes
     value: RenderedBytes
+    value_format: RecordFormatView | None
     payload_revisions: tuple[PayloadRevisionView, ...]
     replays: tuple[ReplaySummary, ...]
     replay_of: int | None
@@ -217,10 +250,17 @@ def inspect_message(*, user: AnyUser, dead_letter: DeadLetter) -> MessageInspect
     masking = masking_for(user, dead_letter.team)
     masked = list(masking.paths)
     original = bytes(dead_letter.value) if dead_letter.value is not None else None
+    # A registry-format payload is shown as its decoded record, as on the message page (``decoded``).
+    read = decoded_payload(dead_letter, original)
+    if read is not None and read.text is not None:
+        original = read.text
     revisions = []
     previous = original
     for rev in dead_letter.payload_revisions.select_related("author").order_by("number"):
         value = bytes(rev.value)
+        if read is not None:
+            fixed = decoded_payload(dead_letter, value)
+            value = fixed.text if fixed is not None and fixed.text is not None else value
         revisions.append(
             PayloadRevisionView(
                 number=rev.number,
@@ -264,6 +304,7 @@ def inspect_message(*, user: AnyUser, dead_letter: DeadLetter) -> MessageInspect
         headers=tuple(masking.header_values(decode_headers(dead_letter.headers))),
         key=masking.key(bytes(dead_letter.key) if dead_letter.key is not None else None),
         value=masking.value(original),
+        value_format=RecordFormatView.of(read) if read is not None else None,
         payload_revisions=tuple(revisions),
         replays=tuple(
             ReplaySummary(

@@ -123,6 +123,17 @@ def test_an_avro_dead_letter_is_shown_decoded_with_its_schema_and_masked_on_its_
     assert "octocat" in masked
     assert 'data-testid="value-original"' not in masked
 
+    # The REST API gives what the page shows: the decoded record (masked) and how it was read.
+    detail = api_for(people["viewer"]).get(f"/api/dlq/messages/{row.pk}/").json()
+    assert detail["value"]["encoding"] == "json"
+    assert json.loads(detail["value"]["text"])["actor"]["login"] == "octocat"
+    assert "octo@example.com" not in detail["value"]["text"]
+    assert detail["value_format"] == {
+        "format": "avro", "decoded": True, "schema_id": schema_id, "subject": subject,
+        "version": detail["value_format"]["version"], "error": "",
+    }  # fmt: skip
+    assert detail["value_format"]["version"] >= 1
+
     schema = api_for(people["viewer"]).get(f"/api/clusters/default/schemas/{schema_id}/")
     assert schema.status_code == 200, schema.content
     assert (schema.json()["schema_type"], schema.json()["subject"]) == ("AVRO", subject)
