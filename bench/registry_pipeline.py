@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.avro_codec_measure import EVENTS as EVENTS_FILE
 from bench.common import Context, LoadSampler, Measurement, load1, produce_records
 from bench.spark_pipeline import ProgressReader, wait_consumed
 from bench.stats import sustained_rate
 from demo.avro_topic import fit_to_schema
-from demo.scenario import EVENTS_FILE
 from streamforge_core.schema_codecs import codec_for
 from streamforge_core.schema_registry import RegistryConnection, SchemaRegistry
 from streamforge_core.wire_format import frame

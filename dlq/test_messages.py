@@ -34,7 +34,7 @@ from dlq.services import InvalidRequest, RegistryUnavailable, ReplayFailed, eras
 from dlq.services.kafka_io import OutgoingRecord, produce
 from pipelines.clusters import connection_for
 from pipelines.dsl import Message
-from pipelines.formats import RegistryUnreachable, formats_for, source_record_value
+from pipelines.formats import RegistryUnreachable, SchemaNotFound, formats_for, source_record_value
 from pipelines.lag import consumer_group_lag
 from pipelines.models import Pipeline
 from pipelines.services import dry_run
@@ -68,6 +68,8 @@ def produce_test_message(
     key: bytes | None = None,
     headers: list[tuple[str, bytes | None]] | None = None,
     reason: str,
+    subject: str = "",
+    schema_version: int | None = None,
 ) -> ProducedTest:
     """Produce a test record to ``topic``, one of ``pipeline``'s source topics, with ``headers`` plus
     ``x-streamforge-test: <actor's username>``, and record where it landed and who sent it
@@ -78,9 +80,11 @@ def produce_test_message(
     for an empty reason, a topic that is not a source topic of the pipeline, or a header named
     ``x-streamforge-*`` in any case (the console's own: a replay id, a test sender, a pipeline, ...; see
     ``../shared/DESIGN.md`` "Contracts"), ReplayFailed (503) when the broker does not take the record.
-    For a registry-format source the value is JSON, encoded with the latest schema of ``<topic>-value``
-    (``pipelines.formats.source_record_value``): InvalidRequest on ``value`` when it does not fit,
-    naming the field; RegistryUnavailable (503) without a usable registry.
+    For a registry-format source the value is JSON, encoded with the latest schema of ``subject`` (default
+    ``<topic>-value``) or its ``schema_version`` (``pipelines.formats.source_record_value``):
+    InvalidRequest on ``value`` when it does not fit, naming the field, and on ``subject`` or
+    ``schema_version`` when the registry does not have it; RegistryUnavailable (503) without a usable
+    registry.
     """
     require_role(actor, pipeline.team, Role.OPERATOR)
     if not reason.strip():
@@ -99,9 +103,15 @@ def produce_test_message(
         )
     if value is not None:
         try:  # a registry-format source: the JSON typed is encoded with the topic's subject
-            value = source_record_value(spec, pipeline.cluster, topic, value)
+            value = source_record_value(
+                spec, pipeline.cluster, topic, value, subject=subject, version=schema_version
+            )
         except SchemaValidation as exc:
-            raise InvalidRequest("value", f"does not fit the schema of {topic}-value: {exc}") from None
+            raise InvalidRequest(
+                "value", f"does not fit the schema of {subject or topic + '-value'}: {exc}"
+            ) from None
+        except SchemaNotFound as exc:
+            raise InvalidRequest(exc.field, str(exc)) from None
         except RegistryUnreachable as exc:
             raise RegistryUnavailable(str(exc)) from None
     out = OutgoingRecord(

@@ -276,12 +276,23 @@ def record_outcomes_page(
 
 
 class TestMessageForm(forms.Form):
-    """The test message form: a source topic, the value (text), an optional key, a required reason."""
+    """The test message form: a source topic, the value (text), an optional key, a required reason; for a
+    registry-format source also the subject and version whose schema encodes the JSON value (both
+    optional: ``<topic>-value``, its latest version)."""
 
     topic = forms.ChoiceField()
     value = forms.CharField(widget=forms.Textarea(attrs={"rows": 8}), required=False, strip=False)
     key = forms.CharField(required=False, strip=False)
     reason = forms.CharField(max_length=2000)
+    subject = forms.CharField(
+        required=False, max_length=255, widget=forms.TextInput(attrs={"placeholder": "<topic>-value"})
+    )
+    schema_version = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=2**31 - 1,
+        widget=forms.NumberInput(attrs={"placeholder": "latest"}),
+    )
 
 
 @login_required
@@ -297,6 +308,8 @@ def test_message_page(request: HttpRequest, name: str) -> HttpResponse:
     topic_field = form.fields["topic"]
     assert isinstance(topic_field, forms.ChoiceField)
     topic_field.choices = [(t, t) for t in spec.source.topics]
+    if not spec.source.uses_registry:  # a JSON source has no schema to choose
+        del form.fields["subject"], form.fields["schema_version"]
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
@@ -307,6 +320,8 @@ def test_message_page(request: HttpRequest, name: str) -> HttpResponse:
                 value=data["value"].encode(),
                 key=data["key"].encode() if data["key"] else None,
                 reason=data["reason"],
+                subject=data.get("subject") or "",
+                schema_version=data.get("schema_version"),
             )
         except InvalidRequest as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)

@@ -34,7 +34,12 @@ from streamforge_core.record_formats import (
     shared_registry,
 )
 from streamforge_core.schema_codecs import codec_for
-from streamforge_core.schema_registry import RegisteredSchema, RegistryError, RegistryRejected
+from streamforge_core.schema_registry import (
+    RegisteredSchema,
+    RegistryError,
+    RegistryRejected,
+    SchemaRegistry,
+)
 from streamforge_core.wire_format import frame
 
 __all__ = [
@@ -189,20 +194,61 @@ def topic_decoder(spec: PipelineSpec, cluster: KafkaCluster | None, topic: str) 
     return RecordDecoder(shared_registry(connection), fmt, backoff=())
 
 
-def source_record_value(spec: PipelineSpec, cluster: KafkaCluster | None, topic: str, value: bytes) -> bytes:
+class SchemaNotFound(ValueError):
+    """A subject or version that a caller chose (a test message's) and the registry does not have: the
+    caller's input, not a sick registry. ``field`` names the input (``subject`` or ``schema_version``)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def source_record_value(
+    spec: PipelineSpec,
+    cluster: KafkaCluster | None,
+    topic: str,
+    value: bytes,
+    *,
+    subject: str = "",
+    version: int | None = None,
+) -> bytes:
     """A value typed for source ``topic`` (a test message) as the pipeline reads it: for a registry-format
-    source, JSON text encoded with the latest schema of ``<topic>-value`` (a Protobuf schema's first
-    message), unless it is Confluent-framed already (magic byte 0, which JSON text never starts with);
-    unchanged for a ``json`` source. Raises ``SchemaValidation`` naming the field, ``RegistryUnreachable``
-    (no usable registry, a subject that is missing, a registry that cannot answer)."""
+    source, JSON text encoded with ``subject`` (default ``<topic>-value``), its latest schema or its
+    ``version`` (a Protobuf schema's first message), unless it is Confluent-framed already (magic byte 0,
+    which JSON text never starts with); unchanged for a ``json`` source. Raises ``SchemaValidation`` naming
+    the field, ``SchemaNotFound`` for a chosen subject or version the registry does not have,
+    ``RegistryUnreachable`` (no usable registry, the default subject missing, a registry that cannot
+    answer)."""
     if not spec.source.uses_registry or value[:1] == b"\x00":
         return value
     try:
         connection = registry_for(cluster)
     except ValueError as exc:
         raise RegistryUnreachable(str(exc)) from None
-    encoder = RecordEncoder(shared_registry(connection), backoff=())
+    registry = shared_registry(connection)
+    chosen = subject or default_subject(topic)
+    if subject or version is not None:
+        try:
+            registry.latest(chosen) if version is None else registry.version(chosen, version)
+        except RegistryRejected:
+            if version is not None and subject_exists(registry, chosen):
+                raise SchemaNotFound("schema_version", f"subject {chosen} has no version {version}") from None
+            raise SchemaNotFound("subject", f"subject {chosen} is not in the registry") from None
+        except RegistryError as exc:
+            raise RegistryUnreachable(str(exc)) from None
+    encoder = RecordEncoder(registry, backoff=())
     try:
-        return encoder.encode(default_subject(topic), spec.source.format, value)
+        return encoder.encode(chosen, spec.source.format, value, version)
     except c.PipelineHalt as exc:
         raise RegistryUnreachable(exc.detail) from None
+
+
+def subject_exists(registry: SchemaRegistry, subject: str) -> bool:
+    """Whether the registry has ``subject`` (any version). Raises ``RegistryUnreachable``."""
+    try:
+        registry.latest(subject)
+    except RegistryRejected:
+        return False
+    except RegistryError as exc:
+        raise RegistryUnreachable(str(exc)) from None
+    return True

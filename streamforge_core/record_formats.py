@@ -195,17 +195,23 @@ class RecordEncoder:
         self.registry = registry
         self._backoff = backoff
 
-    def schema_of(self, subject: str, fmt: str) -> RegisteredSchema:
-        """The subject's latest schema, checked to be ``fmt``'s type. Raises ``contract.PipelineHalt(Config)``
-        for a subject the registry does not have, a schema of another type, or a registry that cannot serve:
-        the destination's configuration is wrong or the registry is down, not the record."""
+    def schema_of(self, subject: str, fmt: str, version: int | None = None) -> RegisteredSchema:
+        """The subject's latest schema (or its ``version``), checked to be ``fmt``'s type. Raises
+        ``contract.PipelineHalt(Config)`` for a subject or version the registry does not have, a schema of
+        another type, or a registry that cannot serve: the destination's configuration is wrong or the
+        registry is down, not the record."""
         url = self.registry.connection.url
+
+        def look_up() -> RegisteredSchema:
+            if version is None:
+                return self.registry.latest(subject)
+            return self.registry.version(subject, version)
+
         try:
-            schema = call_registry(lambda: self.registry.latest(subject), url, backoff=self._backoff)
+            schema = call_registry(look_up, url, backoff=self._backoff)
         except RegistryRejected as exc:
-            raise c.PipelineHalt(
-                c.CONFIG, f"subject {subject!r} is not in schema registry {url}: {exc}"
-            ) from None
+            which = f"subject {subject!r}" if version is None else f"version {version} of subject {subject!r}"
+            raise c.PipelineHalt(c.CONFIG, f"{which} is not in schema registry {url}: {exc}") from None
         expected = REGISTRY_FORMATS[fmt]
         if schema.schema_type != expected:
             raise c.PipelineHalt(
@@ -215,11 +221,11 @@ class RecordEncoder:
             )
         return schema
 
-    def encode(self, subject: str, fmt: str, value_text: bytes | str) -> bytes:
-        """``value_text`` (JSON text) written with ``subject``'s latest schema, framed. Raises
-        ``SchemaValidation`` naming the field that does not fit (``$`` for text that is not JSON) and
+    def encode(self, subject: str, fmt: str, value_text: bytes | str, version: int | None = None) -> bytes:
+        """``value_text`` (JSON text) written with ``subject``'s latest schema (or its ``version``), framed.
+        Raises ``SchemaValidation`` naming the field that does not fit (``$`` for text that is not JSON) and
         ``contract.PipelineHalt(Config)`` as ``schema_of`` does, or when the schema cannot be used."""
-        schema = self.schema_of(subject, fmt)
+        schema = self.schema_of(subject, fmt, version)
         try:
             value = json.loads(value_text)
         except ValueError as exc:

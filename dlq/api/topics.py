@@ -234,7 +234,8 @@ class TopicGroupSerializer(serializers.Serializer[Any]):
 
 class TestMessageSerializer(serializers.Serializer[Any]):
     """A test message: ``topic`` (default: the first source topic), ``value`` and optional ``key`` as text
-    or, with ``encoding=base64``, base64; ``headers`` name -> text value; a required ``reason``."""
+    or, with ``encoding=base64``, base64; ``headers`` name -> text value; a required ``reason``; for a
+    registry-format source, optionally the ``subject`` and ``schema_version`` that encode the JSON value."""
 
     topic = serializers.CharField(required=False, default="", allow_blank=True, max_length=249)
     value = serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=1_000_000)
@@ -246,6 +247,15 @@ class TestMessageSerializer(serializers.Serializer[Any]):
         child=serializers.CharField(allow_blank=True, max_length=10_000), required=False, default=dict
     )
     reason = serializers.CharField(max_length=2000)
+    subject = serializers.CharField(
+        required=False, default="", allow_blank=True, max_length=255,
+        help_text="a registry-format source: the subject whose schema encodes the JSON value (default "
+        "<topic>-value)",
+    )  # fmt: skip
+    schema_version = serializers.IntegerField(
+        required=False, allow_null=True, default=None, min_value=1, max_value=2**31 - 1,
+        help_text="a registry-format source: that version of the subject (default: its latest)",
+    )  # fmt: skip
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         """Decodes ``value`` and ``key`` to bytes (base64 errors name the field)."""
@@ -405,6 +415,8 @@ class TestMessagesView(TopicErrorsMixin, APIView):
             key=data["key"],
             headers=[(header, value.encode()) for header, value in data["headers"].items()],
             reason=data["reason"],
+            subject=data["subject"],
+            schema_version=data["schema_version"],
         )
         return Response(ProducedTestSerializer(produced).data, status=status.HTTP_201_CREATED)
 

@@ -326,3 +326,42 @@ def test_a_test_message_typed_as_json_is_produced_with_the_topics_schema(people,
     bad = api.post(url, {"value": json.dumps({**event, "size": "one"}), "reason": "x"}, format="json")
     assert bad.status_code == 400
     assert "$.size" in bad.json()["value"][0]
+
+
+def test_a_test_message_may_be_encoded_with_a_chosen_subject_and_version(people, avro_pipeline, registry):
+    """#31 "produce a test message as JSON encoded with a chosen subject and version": version 1 of the
+    topic's subject while a version 2 exists, or another subject; a subject or version the registry does
+    not have is a 400 naming the field, never a 503."""
+    pipeline, schema_id = avro_pipeline
+    source = pipeline.current_revision.spec["source"]["topics"][0]
+    subject = f"{source}-value"
+    suffix = source.rsplit("-", 1)[1]
+    v2_id = registry.register(subject, json.dumps({**EVENT_V2, "namespace": f"t{suffix}"}))
+    other = f"other-{suffix}-value"
+    other_id = registry.register(other, json.dumps({**EVENT_V2, "namespace": f"o{suffix}"}))
+    url = f"/api/pipelines/{pipeline.name}/test-messages/"
+    api = api_for(people["operator"])
+    event = {"type": "PushEvent", "actor": {"login": "tester", "email": "t@example.com"}, "size": 1}
+
+    def send(**choice) -> int:
+        sent = api.post(url, {"value": json.dumps(event), "reason": "versions", **choice}, format="json")
+        assert sent.status_code == 201, sent.content
+        return int(sent.json()["offset"])
+
+    offsets = {"latest": send(), "v1": send(schema_version=1), "other": send(subject=other)}
+    page = api.get(f"/api/pipelines/{pipeline.name}/topics/{source}/messages/", {"order": "oldest"})
+    schema_of = {r["offset"]: r["value_schema"] for r in page.json()["records"]}
+    assert schema_of[offsets["latest"]].startswith(f"avro, schema {v2_id}")
+    assert schema_of[offsets["v1"]].startswith(f"avro, schema {schema_id}")
+    assert schema_of[offsets["other"]].startswith(f"avro, schema {other_id}")
+
+    missing = api.post(
+        url, {"value": json.dumps(event), "reason": "x", "subject": "no-such-subject"}, format="json"
+    )
+    assert missing.status_code == 400, missing.content
+    assert "no-such-subject" in missing.json()["subject"][0]
+    no_version = api.post(
+        url, {"value": json.dumps(event), "reason": "x", "schema_version": 9}, format="json"
+    )
+    assert no_version.status_code == 400, no_version.content
+    assert "no version 9" in no_version.json()["schema_version"][0]
