@@ -22,8 +22,7 @@ from typing import Any
 
 from bench.avro_codec_measure import EVENTS as EVENTS_FILE
 from bench.common import Context, LoadSampler, Measurement, load1, produce_records
-from bench.spark_pipeline import ProgressReader, wait_consumed
-from bench.stats import sustained_rate
+from bench.spark_pipeline import ProgressReader, sustained_from_progress, wait_consumed
 from demo.avro_topic import fit_to_schema
 from streamforge_core.schema_codecs import codec_for
 from streamforge_core.schema_registry import RegistryConnection, SchemaRegistry
@@ -92,12 +91,7 @@ def _run(ctx: Context, fmt: str, source: str, registry_url: str) -> Measurement:
             driver.stop()
             driver.ensure_stopped()
     events = list(reader.events)
-    points: list[tuple[float, int]] = []
-    done = 0
-    for event in events:
-        done += event["consumed"]
-        points.append((event["time_ms"] / 1000, done))
-    seconds, rate = sustained_rate(points, n)
+    seconds, rate = sustained_from_progress(events, n)
     dead = sum(e["dlq_records"] for e in events)
     print(f"  {fmt}: {rate:,.0f} records/s sustained over {n:,} GitHub events, {dead} dead-lettered")
     return Measurement(

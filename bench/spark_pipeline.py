@@ -70,6 +70,17 @@ class ProgressReader:
         return sum(e["consumed"] for e in self.poll())
 
 
+def sustained_from_progress(events: list[dict[str, Any]], total: int) -> tuple[float, float]:
+    """(seconds, records/s) sustained over a run's progress ``events`` until ``total`` records were consumed,
+    from the end of the first batch on (``stats.sustained_rate``)."""
+    points: list[tuple[float, int]] = []
+    done = 0
+    for event in events:
+        done += event["consumed"]
+        points.append((event["time_ms"] / 1000, done))
+    return sustained_rate(points, total)
+
+
 def wait_consumed(
     driver: DriverProcess, reader: ProgressReader, count: int, timeout: float, what: str
 ) -> None:
@@ -125,12 +136,7 @@ def run_variant(ctx: Context, mode: str, destinations: int, index: int) -> Measu
         finally:
             driver.stop()
             driver.ensure_stopped()
-    points: list[tuple[float, int]] = []
-    done = 0
-    for event in backlog_events:
-        done += event["consumed"]
-        points.append((event["time_ms"] / 1000, done))
-    seconds, rate = sustained_rate(points, n)
+    seconds, rate = sustained_from_progress(backlog_events, n)
     first = backlog_events[0]
     steady = [e for e in backlog_events[1:] if e["consumed"]]
     in_batch = (

@@ -68,14 +68,18 @@ class TcpGate:
                     return
                 self._live.update((client, upstream))
             for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+                threading.Thread(target=relay, args=(a, b), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while chunk := source.recv(65536):
-                sink.sendall(chunk)
-        except OSError:
-            pass
-        finally:
-            with contextlib.suppress(OSError):
-                sink.shutdown(socket.SHUT_WR)
+
+def relay(source: socket.socket, sink: socket.socket) -> None:
+    """Copy ``source``'s bytes to ``sink`` until ``source`` ends or either breaks, then end ``sink``'s
+    writing side (a half-close, so the other direction finishes on its own)."""
+    source.settimeout(None)
+    try:
+        while chunk := source.recv(65536):
+            sink.sendall(chunk)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)

@@ -12,7 +12,6 @@ a TCP listener on a loopback port that records every connection attempt made to 
 
 from __future__ import annotations
 
-import contextlib
 import re
 import shutil
 import socket
@@ -40,6 +39,7 @@ from streamforge_web.health import readiness
 from tests.dlq.conftest import dlq_headers
 from tests.factories import TeamFactory, member
 from tests.streamforge_core.test_secured_broker import _env
+from tests.tcp_gate import relay
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -75,24 +75,12 @@ class ConnectionRecorder:
             assert host.startswith("127."), "tests only relay to loopback"
             upstream = socket.create_connection((host, int(port)), timeout=5)
             for source, sink in ((conn, upstream), (upstream, conn)):
-                threading.Thread(target=_relay, args=(source, sink), daemon=True).start()
+                threading.Thread(target=relay, args=(source, sink), daemon=True).start()
 
     def close(self) -> None:
         self._stop.set()
         self._server.close()
         self._thread.join(5)
-
-
-def _relay(source: socket.socket, sink: socket.socket) -> None:
-    source.settimeout(None)
-    try:
-        while data := source.recv(65536):
-            sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            sink.shutdown(socket.SHUT_WR)
 
 
 @pytest.fixture
