@@ -9,6 +9,7 @@ a new payload revision, as for JSON.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dlq.models import DeadLetter
@@ -76,8 +77,9 @@ def pipeline_formats(dead_letter: DeadLetter) -> PipelineFormats | None:
         raise RegistryUnavailable(str(exc)) from None
 
 
-def decoded_payload(dead_letter: DeadLetter, value: bytes | None) -> DecodedPayload | None:
-    """``value`` (the dead letter's original payload or a fix) decoded as its pipeline reads it, or None for
+def payload_reader(dead_letter: DeadLetter) -> Callable[[bytes | None], DecodedPayload] | None:
+    """How the dead letter's payloads (the original and its fixes) are read as its pipeline reads them:
+    a function from a value to its ``DecodedPayload``, with the pipeline's decoder looked up once; None for
     a ``json`` pipeline. Never raises for the record or the registry: what went wrong is ``error``."""
     try:
         formats = pipeline_formats(dead_letter)
@@ -85,12 +87,22 @@ def decoded_payload(dead_letter: DeadLetter, value: bytes | None) -> DecodedPayl
         spec = current_spec(dead_letter)
         if spec is None or not spec.source.uses_registry:
             return None
-        return DecodedPayload(
+        unusable = DecodedPayload(
             spec.source.format, None, None, (), f"the schema registry cannot be used: {exc}"
         )
+        return lambda _value: unusable
     if formats is None or formats.decoder is None:
         return None
-    return decode_with(formats.decoder, value)
+    decoder = formats.decoder
+    return lambda value: decode_with(decoder, value)
+
+
+def decoded_payload(dead_letter: DeadLetter, value: bytes | None) -> DecodedPayload | None:
+    """``value`` (the dead letter's original payload or a fix) decoded as its pipeline reads it, or None for
+    a ``json`` pipeline (``payload_reader``). Never raises for the record or the registry: what went wrong
+    is ``error``."""
+    reader = payload_reader(dead_letter)
+    return reader(value) if reader is not None else None
 
 
 def decode_with(decoder: RecordDecoder, value: bytes | None) -> DecodedPayload:

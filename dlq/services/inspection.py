@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 from access.models import Membership, Role, Team
 from access.permissions import AnyUser, is_admin, require_role, role_in, visible_teams
 from dlq.models import DeadLetter
-from dlq.services.decoded import DecodedPayload, decoded_payload
+from dlq.services.decoded import DecodedPayload, payload_reader
 from dlq.services.fixes import PayloadCheck, payload_diff
 from dlq.services.rendering import (
     UNMASKED,
@@ -145,14 +145,14 @@ class RecordFormatView:
 @dataclass(frozen=True)
 class MessageInspection:
     """Everything about one dead letter: the record (headers, key, value rendered), source coordinates,
-        the failure, the pipeline revision that failed it, payload revisions with diffs, replays and their
-        outcomes, later failures of replays (dead letter ids), the dead letter it is a replay of, the
-        siblings (dead letters of the same source record at other destinations), and approval requests. For a
-    pipeline that reads a registry format the value and the fixes are their decoded records (as JSON, masked
-    like JSON) and ``value_format`` says how the value was read (None for a ``json`` pipeline). ``pipeline``
-    and ``team`` are names, the DLQ topic's registered owner;
-        ``claimed_pipeline`` is what the record's pipeline header says and ``ownership_warning`` why that claim
-        was not followed (empty when it agrees); ``group`` is the failure group id."""
+    the failure, the pipeline revision that failed it, payload revisions with diffs, replays and their
+    outcomes, later failures of replays (dead letter ids), the dead letter it is a replay of, the siblings
+    (dead letters of the same source record at other destinations), and approval requests. For a pipeline
+    that reads a registry format the value and the fixes are their decoded records (as JSON, masked like
+    JSON) and ``value_format`` says how the value was read (None for a ``json`` pipeline). ``pipeline`` and
+    ``team`` are names, the DLQ topic's registered owner; ``claimed_pipeline`` is what the record's pipeline
+    header says and ``ownership_warning`` why that claim was not followed (empty when it agrees); ``group``
+    is the failure group id."""
 
     id: int
     status: str
@@ -251,16 +251,17 @@ def inspect_message(*, user: AnyUser, dead_letter: DeadLetter) -> MessageInspect
     masked = list(masking.paths)
     original = bytes(dead_letter.value) if dead_letter.value is not None else None
     # A registry-format payload is shown as its decoded record, as on the message page (``decoded``).
-    read = decoded_payload(dead_letter, original)
+    reader = payload_reader(dead_letter)
+    read = reader(original) if reader is not None else None
     if read is not None and read.text is not None:
         original = read.text
     revisions = []
     previous = original
     for rev in dead_letter.payload_revisions.select_related("author").order_by("number"):
         value = bytes(rev.value)
-        if read is not None:
-            fixed = decoded_payload(dead_letter, value)
-            value = fixed.text if fixed is not None and fixed.text is not None else value
+        if reader is not None:
+            fixed = reader(value)
+            value = fixed.text if fixed.text is not None else value
         revisions.append(
             PayloadRevisionView(
                 number=rev.number,

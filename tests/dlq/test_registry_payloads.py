@@ -365,3 +365,11 @@ def test_a_test_message_may_be_encoded_with_a_chosen_subject_and_version(people,
     )
     assert no_version.status_code == 400, no_version.content
     assert "no version 9" in no_version.json()["schema_version"][0]
+    for bad, field in (({"schema_version": 0}, "schema_version"), ({"subject": "s" * 256}, "subject")):
+        refused = api.post(url, {"value": json.dumps(event), "reason": "x", **bad}, format="json")
+        assert refused.status_code == 400, refused.content
+        assert field in refused.json(), refused.content
+    viewer = api_for(people["viewer"]).post(
+        url, {"value": json.dumps(event), "reason": "x", "schema_version": 1}, format="json"
+    )
+    assert viewer.status_code == 403, viewer.content
