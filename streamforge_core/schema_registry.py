@@ -44,6 +44,7 @@ How a caller reacts: :class:`UnknownSchema` is the record's fault (dead-letter i
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -54,6 +55,8 @@ SCHEMA_TYPES = ("AVRO", "PROTOBUF", "JSON")
 
 #: How many schemas ``lookup`` keeps per process (ids are immutable: an entry never goes stale).
 DEFAULT_CACHE_SIZE = 1000
+#: How long (seconds) ``SchemaRegistry.lookup`` answers an id the registry did not have without asking again.
+UNKNOWN_ID_TTL_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -294,11 +297,19 @@ class SchemaRegistry:
     """One registry, through confluent-kafka's ``SchemaRegistryClient``; thread-safe.
 
     ``lookup`` caches by id for the life of the process (at most ``cache_size`` entries, least recently used
-    dropped first); other calls go to the registry (``latest`` within ``connection.latest_ttl_s``).
+    dropped first), and remembers an id the registry does not have for ``unknown_ttl_s`` seconds, so a topic
+    whose producer frames records with a bogus id costs one request per id and interval, not one per record
+    (ids are only ever handed out, so a short answer-lag for one registered just now is the price); other
+    calls go to the registry (``latest`` within ``connection.latest_ttl_s``).
     Every method raises the errors in this module's docstring, never confluent-kafka's or httpx's. Building
     one does no I/O; ``close()`` (or ``with``) closes its HTTP connections."""
 
-    def __init__(self, connection: RegistryConnection, cache_size: int = DEFAULT_CACHE_SIZE) -> None:
+    def __init__(
+        self,
+        connection: RegistryConnection,
+        cache_size: int = DEFAULT_CACHE_SIZE,
+        unknown_ttl_s: float = UNKNOWN_ID_TTL_S,
+    ) -> None:
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
         try:
@@ -308,6 +319,8 @@ class SchemaRegistry:
         self.connection = connection
         self._cache: OrderedDict[int, RegisteredSchema] = OrderedDict()
         self._cache_size = max(1, cache_size)
+        self._unknown: OrderedDict[int, float] = OrderedDict()  # id -> monotonic time it is asked again
+        self._unknown_ttl_s = unknown_ttl_s
         self._references: dict[tuple[str, int], tuple[str, tuple[tuple[str, str, int], ...]]] = {}
         self._lock = threading.Lock()
 
@@ -332,10 +345,20 @@ class SchemaRegistry:
             if hit is not None:
                 self._cache.move_to_end(schema_id)
                 return hit
+            until = self._unknown.get(schema_id)
+            if until is not None and time.monotonic() < until:
+                raise UnknownSchema(schema_id)
         try:
             schema = self._client.get_schema(schema_id)
         except Exception as exc:
-            raise _translate(exc, schema_id=schema_id) from None
+            error = _translate(exc, schema_id=schema_id)
+            if isinstance(error, UnknownSchema) and self._unknown_ttl_s > 0:
+                with self._lock:
+                    self._unknown[schema_id] = time.monotonic() + self._unknown_ttl_s
+                    self._unknown.move_to_end(schema_id)
+                    while len(self._unknown) > self._cache_size:
+                        self._unknown.popitem(last=False)
+            raise error from None
         subject: str | None = None
         version: int | None = None
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -62,7 +63,17 @@ def pipeline(people, kafka_admin) -> Iterator[Pipeline]:
 
 
 def events(topic: str, numbers: range) -> None:
-    producer = Producer(producer_config(KafkaConnection(str(settings.KAFKA_BOOTSTRAP_SERVERS))))
+    """Produce records ``numbers`` to partition 0 of ``topic``; returns once every one is acknowledged and
+    the partition's high watermark (what a browse step reads up to) covers them. Fails on any delivery error,
+    which a bare ``flush()`` would not report."""
+    conn = KafkaConnection(str(settings.KAFKA_BOOTSTRAP_SERVERS))
+    producer = Producer(producer_config(conn))
+    failed: list[str] = []
+
+    def delivered(err, _msg) -> None:
+        if err is not None:
+            failed.append(str(err))
+
     for n in numbers:
         value = {"n": n, "type": "PushEvent" if n % 3 == 0 else "WatchEvent"}
         producer.produce(
@@ -71,8 +82,18 @@ def events(topic: str, numbers: range) -> None:
             key=f"order-{n}".encode(),
             headers=[("trace-id", f"t-{n}".encode())],
             timestamp=T0_MS + n * 1000,
+            on_delivery=delivered,
         )
     assert producer.flush(30) == 0
+    assert not failed, failed
+    reader = Consumer(consumer_config(conn, group_id=f"watermarks-{uuid.uuid4().hex[:6]}"))
+    try:
+        deadline = time.monotonic() + 30
+        while reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1] < numbers.stop:
+            assert time.monotonic() < deadline, f"{topic}'s high watermark stays below {numbers.stop}"
+            time.sleep(0.2)
+    finally:
+        reader.close()
 
 
 def test_search_tail_and_compact_rows_of_the_topic_browser(open_page, asgi_server, people, pipeline):

@@ -90,6 +90,22 @@ def test_an_unknown_id_is_the_records_fault_and_a_wrong_path_is_not_a_registry(r
         registry.lookup(987_654_321)
     assert unknown.value.schema_id == 987_654_321
     assert str(unknown.value) == "unknown schema id 987654321"
+    # remembered for a while: a topic of records with a bogus id asks once per id, not once per record
+    url = registry.connection.url
+    with SchemaRegistry(RegistryConnection(url, timeout_s=5), unknown_ttl_s=60) as remembering:
+        with pytest.raises(UnknownSchema):
+            remembering.lookup(987_654_322)
+        remembering._client.close()
+        calls = []
+        remembering._client.get_schema = lambda schema_id: calls.append(schema_id)
+        with pytest.raises(UnknownSchema):
+            remembering.lookup(987_654_322)
+        assert calls == []
+    with SchemaRegistry(RegistryConnection(url, timeout_s=5), unknown_ttl_s=0) as forgetting:
+        for _ in range(2):
+            with pytest.raises(UnknownSchema):
+                forgetting.lookup(987_654_323)
+        assert forgetting._unknown == {}
     # the same server under a path that is not the Confluent API: its 404 must not dead-letter the record
     root = registry.connection.url.split("/apis/")[0] + "/nothing"
     with SchemaRegistry(RegistryConnection(root, timeout_s=5)) as wrong, pytest.raises(NotARegistry):
