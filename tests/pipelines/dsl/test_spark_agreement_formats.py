@@ -43,7 +43,7 @@ from tests.pipelines.dsl.test_spark_compile import same_json, source_frame
 pytestmark = [pytest.mark.spark, pytest.mark.registry]
 
 SETTINGS = settings(
-    max_examples=8,
+    max_examples=5,
     deadline=None,
     derandomize=True,  # a red build names a reproducible example; explore with --hypothesis-seed
     suppress_health_check=[
