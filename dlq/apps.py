@@ -13,12 +13,20 @@ class DlqConfig(AppConfig):
     def ready(self) -> None:
         """Declare the audit targets this app records, each visible to the teams that own the object."""
         from access.audit import owned_by_visible_team, register_target
-        from dlq.models import ApprovalRequest, BulkAction, DeadLetter, Runbook
+        from dlq.models import ApprovalRequest, BulkAction, DeadLetter, FixForwardScan, Runbook
 
         register_target("dead_letter", visible=owned_by_visible_team(DeadLetter))
         register_target("bulk", visible=owned_by_visible_team(BulkAction))
         register_target("approval", visible=owned_by_visible_team(ApprovalRequest))
         register_target("runbook", visible=owned_by_visible_team(Runbook))
+        register_target("fix_forward", visible=owned_by_visible_team(FixForwardScan))
+
+        from dlq.services.fix_forward import on_revision_live
+        from pipelines.signals import revision_live
+
+        revision_live.connect(
+            on_revision_live, dispatch_uid="dlq.fix_forward"
+        )  # fix forward on a new revision
 
         from dlq.selectors import parked_backlog
         from pipelines.backlog import register_backlog_counter

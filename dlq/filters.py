@@ -9,10 +9,10 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import F, Q, QuerySet
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils.dateparse import parse_datetime
 
-from dlq.models import DeadLetter, FailureGroup, Status
+from dlq.models import DeadLetter, FailureGroup, FixForwardCandidate, Status
 from pipelines.models import DEFAULT_CLUSTER_NAME
 from streamforge_core.contract import ALL_DESTINATIONS
 
@@ -41,6 +41,8 @@ class MessageFilter:
     ``status``: a Status value. ``topic``: DLQ topic. ``since``/``until``: ISO-8601 bounds on the last
     failure time (inclusive / exclusive). ``q``: text search, a prefix of the record key or a substring of
     the error message. ``ids``: only these dead letters (an operator's selection; at most ``MAX_IDS``).
+    ``fix_forward``: only the candidates of that fix-forward scan (``FixForwardScan``: the dead letters its
+    revision now passes).
     """
 
     pipeline: str = ""
@@ -54,6 +56,7 @@ class MessageFilter:
     cluster: str = ""
     destination: str = ""
     ids: tuple[int, ...] = ()
+    fix_forward: int | None = None
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> MessageFilter:
@@ -69,13 +72,14 @@ class MessageFilter:
                 continue
             if name == "ids":
                 values[name] = _ids(raw)
-            elif name == "group":
+            elif name in ("group", "fix_forward"):
+                what = "a failure group id" if name == "group" else "a fix-forward scan id"
                 try:
                     values[name] = int(str(raw))
                 except (TypeError, ValueError):
-                    raise FilterError(name, "must be a failure group id (an integer)") from None
+                    raise FilterError(name, f"must be {what} (an integer)") from None
                 if not 0 < values[name] < 2**63:  # a database id, not any integer (SQLite's are 64-bit)
-                    raise FilterError(name, "must be a failure group id (an integer)")
+                    raise FilterError(name, f"must be {what} (an integer)")
             else:
                 values[name] = str(raw).strip()
         made = cls(**values)
@@ -106,7 +110,9 @@ class MessageFilter:
     def group_determined(self) -> bool:
         """Whether every set field is one a failure group determines (``apply_to_groups`` answers it
         exactly), so counts can come from the per-group deltas instead of the rows."""
-        return not (self.since or self.until or self.q or self.destination or self.ids)
+        return not (
+            self.since or self.until or self.q or self.destination or self.ids or self.fix_forward is not None
+        )
 
     def apply_to_groups(self, groups: QuerySet[FailureGroup]) -> QuerySet[FailureGroup]:
         """``groups`` narrowed by the fields a failure group determines (pipeline, error type, group, DLQ
@@ -127,6 +133,14 @@ class MessageFilter:
         qs = queryset
         if self.ids:
             qs = qs.filter(pk__in=self.ids)
+        if self.fix_forward is not None:
+            qs = qs.filter(
+                Exists(
+                    FixForwardCandidate.objects.filter(
+                        scan_id=self.fix_forward, dead_letter_id=OuterRef("pk")
+                    )
+                )
+            )
         if self.pipeline:
             qs = qs.filter(pipeline_name=self.pipeline)
         if self.destination:

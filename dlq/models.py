@@ -667,3 +667,71 @@ class ProducedTestMessage(models.Model):
 
     def __str__(self) -> str:
         return f"test message {self.topic}/{self.partition}/{self.offset}"
+
+
+class FixForwardState(models.TextChoices):
+    """Where a fix-forward scan is: waiting for a worker, running, finished, or stopped by an error."""
+
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class FixForwardScan(models.Model):
+    """Which parked dead letters of ``pipeline`` its revision ``revision`` would now pass, where the revision
+    that dead-lettered them (``DeadLetter.revision``) did not: the pipeline was wrong, not the data.
+
+    Computed off the request path by a worker (``dlq.services.fix_forward.run_scan``), ``checked`` of
+    ``total`` as it goes. Each dead letter the new revision passes at the destination it failed, and its own
+    revision still fails there, is a candidate (``FixForwardCandidate``); ``still_failing`` fail under the new
+    revision too; ``unchanged`` pass under both (their failure was not the revision's: a broker refusal, a
+    retry that ran out); ``unknown`` carry no revision to compare with. ``groups`` gives those counts per
+    destination, failure group and error type. A replay of exactly the candidates is a bulk replay whose
+    filter names the scan (``MessageFilter.fix_forward``), under the bulk rules."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="fix_forward_scans")
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="+")
+    revision = models.PositiveIntegerField(help_text="the revision that went live")
+    previous_revision = models.PositiveIntegerField(
+        null=True, blank=True, help_text="the revision that ran before it (null: none known)"
+    )
+    trigger = models.CharField(max_length=32, help_text="revision_live (a restart applied it) or manual")
+    state = models.CharField(max_length=16, choices=FixForwardState.choices, default=FixForwardState.QUEUED)
+    total = models.PositiveIntegerField(default=0)
+    checked = models.PositiveIntegerField(default=0)
+    candidates = models.PositiveIntegerField(default=0)
+    still_failing = models.PositiveIntegerField(default=0)
+    unchanged = models.PositiveIntegerField(default=0)
+    unknown = models.PositiveIntegerField(default=0)
+    groups = models.JSONField(default=list, blank=True)
+    max_id = models.BigIntegerField(default=0, help_text="dead letters up to this id were scanned")
+    error = models.TextField(blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["pipeline", "-id"], name="ffs_pipeline_id")]
+
+    def __str__(self) -> str:
+        return f"fix forward of {self.pipeline_id} to revision {self.revision} ({self.state})"
+
+
+class FixForwardCandidate(models.Model):
+    """A dead letter a fix-forward scan found the new revision passes (at ``destination``, the one it
+    failed; blank: every destination, for a record that failed them all)."""
+
+    scan = models.ForeignKey(FixForwardScan, on_delete=models.CASCADE, related_name="candidate_rows")
+    dead_letter = models.ForeignKey(DeadLetter, on_delete=models.CASCADE, related_name="+")
+    destination = models.CharField(max_length=128, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["scan", "dead_letter"], name="ffc_scan_dead_letter")]
+
+    def __str__(self) -> str:
+        return f"dead letter {self.dead_letter_id} of fix-forward scan {self.scan_id}"

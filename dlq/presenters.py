@@ -29,6 +29,7 @@ RANGES = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(
 #: Query-string fields of the message filter form, in form order.
 FILTER_FIELDS = (
     "pipeline", "destination", "error_type", "group", "status", "range", "since", "until", "q", "cluster", "ids",
+    "fix_forward",
 )  # fmt: skip
 
 
@@ -114,6 +115,7 @@ def list_query(params: Mapping[str, str], *, now: datetime | None = None) -> Lis
         "cluster": form["cluster"],
         "destination": form["destination"],
         "ids": form["ids"],
+        "fix_forward": form["fix_forward"],
     }
     errors: dict[str, str] = {}
     if form["range"]:

@@ -11,6 +11,7 @@ from celery import shared_task
 
 from dlq import counts, services
 from dlq.services.bulk import RUN_BULK_TASK
+from dlq.services.fix_forward import RUN_FIX_FORWARD_TASK
 
 
 @shared_task(name=RUN_BULK_TASK, acks_late=True)
@@ -18,6 +19,13 @@ def run_bulk(bulk_id: int) -> dict[str, Any]:
     """Run (or take over) one bulk action until it completes, is paused or cancelled."""
     bulk = services.run_bulk(bulk_id=bulk_id)
     return {"id": bulk.pk, "state": bulk.state, **bulk.progress()}
+
+
+@shared_task(name=RUN_FIX_FORWARD_TASK)
+def run_fix_forward(scan_id: int) -> dict[str, Any]:
+    """Run one fix-forward scan: which parked dead letters the pipeline's live revision now passes."""
+    scan = services.run_fix_forward_scan(scan_id=scan_id)
+    return {"id": scan.pk, "state": scan.state, "checked": scan.checked, "candidates": scan.candidates}
 
 
 @shared_task(name="dlq.resume_stale_bulks")

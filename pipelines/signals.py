@@ -5,6 +5,9 @@ the transaction that made the change commits, so a receiver never sees a change 
   was resolved.
 - ``pipeline_stopped_for_good(pipeline_id: int, run_id: str, state: str, reason: str)``: a pipeline became HALTED or
   FAILED (restarting will not help; a person has to look).
+- ``revision_live(pipeline_id: int, revision: int, previous_revision: int | None)``: a run of ``revision``
+  reached RUNNING and the run before it ran another revision (``previous_revision``): a restart applied a
+  new revision (``dlq`` computes what it now passes: fix forward).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from django.dispatch import Signal
 
 alert_changed = Signal()
 pipeline_stopped_for_good = Signal()
+revision_live = Signal()
 
 
 def send_on_commit(signal: Signal, **payload: Any) -> None:

@@ -19,6 +19,7 @@ from dlq.models import (
     DeadLetter,
     DlqTopic,
     FailureGroup,
+    FixForwardScan,
     PayloadRevision,
     ReplayState,
     Runbook,
@@ -43,6 +44,8 @@ from dlq.services import (
     ReplaySummary,
     Sibling,
     SourceCoordinates,
+    replay_filters,
+    revision_diff,
     runbooks_for,
 )
 from pipelines.models import DEFAULT_CLUSTER_NAME
@@ -766,3 +769,38 @@ class BulkFixPreviewSerializer(serializers.Serializer[Any]):
     approval_threshold = serializers.IntegerField()
     samples = FixSampleSerializer(many=True)
     held = serializers.IntegerField(help_text="of count, held by a pending delete request: left unchanged")
+
+
+class FixForwardSerializer(serializers.ModelSerializer[FixForwardScan]):
+    """A fix-forward scan: which parked dead letters the pipeline's live revision now passes, with its
+    progress, the counts per destination / failure group / error type (``groups``), the diff from the
+    revision before it, and the filter that replays exactly its candidates through ``POST /api/dlq/bulk/``."""
+
+    pipeline = serializers.CharField(source="pipeline.name")
+    team = serializers.CharField(source="team.name")
+    requested_by = serializers.CharField(source="requested_by.username", allow_null=True, default=None)
+    revision_diff = serializers.SerializerMethodField()
+    replay_filters = serializers.SerializerMethodField()
+
+    class Meta:
+        model = FixForwardScan
+        fields = [
+            "id", "pipeline", "team", "revision", "previous_revision", "trigger", "state", "total", "checked",
+            "candidates", "still_failing", "unchanged", "unknown", "groups", "error", "requested_by",
+            "created_at", "started_at", "finished_at", "revision_diff", "replay_filters",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+    def get_revision_diff(self, scan: FixForwardScan) -> str:
+        """The unified diff of the spec from ``previous_revision`` to ``revision`` (empty without one)."""
+        return revision_diff(scan)
+
+    def get_replay_filters(self, scan: FixForwardScan) -> dict[str, Any]:
+        """The bulk replay filter of exactly the scan's candidates."""
+        return replay_filters(scan)
+
+
+class FixForwardCreateSerializer(serializers.Serializer[dict[str, Any]]):
+    """``POST /api/dlq/fix-forward/``: scan a pipeline's parked dead letters against its current revision."""
+
+    pipeline = serializers.SlugField(max_length=63)

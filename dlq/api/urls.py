@@ -9,6 +9,7 @@ from dlq.api.views import (
     DeadLetterViewSet,
     DlqTopicViewSet,
     FailureGroupViewSet,
+    FixForwardViewSet,
     RetentionView,
     RunbookViewSet,
 )
@@ -19,6 +20,7 @@ router.register("messages", DeadLetterViewSet, basename="dlq-message")
 router.register("approvals", ApprovalViewSet, basename="dlq-approval")
 router.register("groups", FailureGroupViewSet, basename="dlq-group")
 router.register("bulk", BulkViewSet, basename="dlq-bulk")
+router.register("fix-forward", FixForwardViewSet, basename="dlq-fix-forward")
 router.register("runbooks", RunbookViewSet, basename="dlq-runbook")
 router.register("topics", DlqTopicViewSet, basename="dlq-topic")
 

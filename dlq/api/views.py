@@ -42,6 +42,8 @@ from dlq.api.serializers import (
     DlqTopicCreateSerializer,
     DlqTopicSerializer,
     FailureGroupSerializer,
+    FixForwardCreateSerializer,
+    FixForwardSerializer,
     FixResultSerializer,
     FixSerializer,
     MessageInspectionSerializer,
@@ -64,6 +66,7 @@ from dlq.models import (
     DeadLetter,
     DlqTopic,
     FailureGroup,
+    FixForwardScan,
     GroupHourlyCount,
     RetentionPolicy,
     RetentionRun,
@@ -400,6 +403,44 @@ class FailureGroupViewSet(viewsets.ReadOnlyModelViewSet[FailureGroup]):
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Failure groups, most recently seen first."""
         return super().list(request, *args, **kwargs)
+
+
+class FixForwardViewSet(
+    ServiceErrorsMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet[FixForwardScan]
+):
+    """``/api/dlq/fix-forward/``: fix-forward scans of the caller's teams' pipelines (``?pipeline=`` one),
+    newest first. A scan starts by itself when a restart applies a new revision; ``POST`` (operator) starts
+    one for a pipeline's current revision (202; a worker runs it). Replaying its candidates is ``POST
+    /api/dlq/bulk/`` with its ``replay_filters``, under the bulk rules."""
+
+    lookup_value_regex = "[0-9]+"
+    serializer_class = FixForwardSerializer
+
+    def get_queryset(self) -> QuerySet[FixForwardScan]:
+        scans = FixForwardScan.objects.filter(team__in=visible_teams(self.request.user)).select_related(
+            "pipeline", "team", "requested_by"
+        )
+        name = self.request.query_params.get("pipeline", "").strip()
+        return scans.filter(pipeline__name=name) if name else scans
+
+    @extend_schema(request=FixForwardCreateSerializer, responses={202: FixForwardSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Start a scan of a pipeline's parked dead letters against its current revision (operator)."""
+        serializer = FixForwardCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        pipeline = (
+            Pipeline.objects.filter(
+                name=serializer.validated_data["pipeline"], team__in=visible_teams(request.user)
+            )
+            .select_related("team", "current_revision")
+            .first()
+        )
+        if pipeline is None:
+            return Response(
+                {"pipeline": ["no such pipeline in your teams"]}, status=status.HTTP_400_BAD_REQUEST
+            )
+        scan = services.request_fix_forward_scan(pipeline=pipeline, actor=request.user)  # type: ignore[arg-type]
+        return Response(FixForwardSerializer(scan).data, status=status.HTTP_202_ACCEPTED)
 
 
 class BulkViewSet(ServiceErrorsMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet[BulkAction]):

@@ -19,6 +19,8 @@ One module per workflow; this package re-exports their public names, so ``servic
   cycle is one table of transitions (``BULK_TRANSITIONS``);
 - ``bulk_fix``: a JSON Patch or DSL transform applied to a selection under the bulk rules (its preview
   and creation); ``fix_patch``: the fix itself and the runner's chunk;
+- ``fix_forward``: after a new revision goes live, which parked dead letters it now passes (a scan a
+  worker runs), replayed as a bulk replay of the scan's candidates;
 - ``admin``: extra DLQ topics and runbooks;
 - ``retention``: retention policies and the purge of closed dead letters;
 - ``notify``: after-commit notifications of the console pages;
@@ -53,6 +55,9 @@ from dlq.services.bulk_fix import (
 from dlq.services.decoded import DecodedPayload, decode_with, decoded_payload, stored_fix
 from dlq.services.errors import Conflict, InvalidRequest, RegistryUnavailable, ReplayFailed, WouldFailAgain
 from dlq.services.exports import EXPORT_MAX_ROWS, DeadLetterExport, export_dead_letters
+from dlq.services.fix_forward import replay_filters, revision_diff
+from dlq.services.fix_forward import request_scan as request_fix_forward_scan
+from dlq.services.fix_forward import run_scan as run_fix_forward_scan
 from dlq.services.fixes import (
     DestinationOutcome,
     DraftCheck,
@@ -172,12 +177,16 @@ __all__ = [
     "render_bytes",
     "render_headers",
     "replay",
+    "replay_filters",
     "replay_plan",
     "replay_with_siblings",
     "request_delete",
+    "request_fix_forward_scan",
     "resolve_in_doubt",
     "resume_bulk",
+    "revision_diff",
     "run_bulk",
+    "run_fix_forward_scan",
     "runbooks_for",
     "save_runbook",
     "set_policy",

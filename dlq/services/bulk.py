@@ -335,7 +335,7 @@ def _would_fail_again_in(qs: QuerySet[DeadLetter]) -> tuple[list[int], tuple[Fai
     failing ids) for the first ``DRY_RUN_CHECK_LIMIT`` messages of ``qs``, each with the payload a replay
     sends (its latest fix, else the original) to its source topic (``replays.would_fail_again``)."""
     rows = list(qs.select_related("pipeline__current_revision").order_by("id")[:DRY_RUN_CHECK_LIMIT])
-    fixes = _latest_payloads([r.pk for r in rows])
+    fixes = latest_payloads([r.pk for r in rows])
     topics: dict[int | None, PipelineTopics] = {}
     reasons: dict[tuple[str, str], list[Any]] = {}
     failing_ids: list[int] = []
@@ -854,7 +854,7 @@ def _claim_records(ids: Sequence[int], bulk: BulkAction) -> tuple[list[ClaimedRe
     return claimed, held
 
 
-def _latest_payloads(ids: Sequence[int]) -> dict[int, tuple[int, bytes]]:
+def latest_payloads(ids: Sequence[int]) -> dict[int, tuple[int, bytes]]:
     """The newest payload revision of each of these dead letters that has one, as (revision id, value)
     (one query)."""
     latest: dict[int, tuple[int, bytes]] = {}
@@ -907,7 +907,7 @@ def _send_replay_chunk(bulk: BulkAction, ids: Sequence[int]) -> _ReplayChunk:
     pipelines: dict[int | None, PipelineTopics] = {}  # per pipeline: parsed once per chunk, not per message
     with transaction.atomic():
         rows, held = _claim_records(ids, bulk)
-        latest = _latest_payloads([r.pk for r in rows])
+        latest = latest_payloads([r.pk for r in rows])
         values = []
         for row in rows:
             revision = latest.get(row.pk)

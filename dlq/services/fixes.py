@@ -135,14 +135,7 @@ def check_payload(*, dead_letter: DeadLetter, value: bytes) -> PayloadCheck | No
         return None
     assert dead_letter.pipeline is not None
     assert dead_letter.pipeline.current_revision is not None
-    raw_headers = headers.original_headers(decode_headers(dead_letter.headers))
-    timestamp = int(dead_letter.dlq_timestamp.timestamp() * 1000) if dead_letter.dlq_timestamp else None
-    message = Message(
-        value=value,
-        key=bytes(dead_letter.key) if dead_letter.key is not None else None,
-        headers=tuple(raw_headers),
-        timestamp_ms=timestamp,
-    )
+    message = replayed_message(dead_letter, value)
     try:
         results = dry_run(spec=spec, messages=[message], formats=pipeline_formats(dead_letter))[0]
     except RegistryUnreachable as exc:
@@ -166,6 +159,20 @@ def check_payload(*, dead_letter: DeadLetter, value: bytes) -> PayloadCheck | No
             )
             for r in results
         ),
+    )
+
+
+def replayed_message(dead_letter: DeadLetter, value: bytes | None) -> Message:
+    """The record a replay of ``value`` puts back on the source topic, as the pipeline reads it: the new
+    value with the original key, the original headers (the ``x-streamforge-*`` ones the DLQ added left
+    out) and the dead letter's timestamp (epoch ms)."""
+    raw_headers = headers.original_headers(decode_headers(dead_letter.headers))
+    timestamp = int(dead_letter.dlq_timestamp.timestamp() * 1000) if dead_letter.dlq_timestamp else None
+    return Message(
+        value=value,
+        key=bytes(dead_letter.key) if dead_letter.key is not None else None,
+        headers=tuple(raw_headers),
+        timestamp_ms=timestamp,
     )
 
 

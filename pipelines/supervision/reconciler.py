@@ -25,6 +25,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from access import audit
+from pipelines import signals
 from pipelines.models import ACTIVE_STATES, DesiredState, Pipeline, PipelineRun, PipelineState, RunnerHost
 from pipelines.supervision.drain import drain_step
 from pipelines.supervision.exits import _end_run
@@ -115,6 +116,23 @@ def _note_heartbeat(run: PipelineRun, beat: dict[str, Any]) -> None:
             run.state = PipelineState.RUNNING
             run.pipeline.state = PipelineState.RUNNING
             announce_status(run.pipeline, run)
+            _announce_new_revision(run)
+
+
+def _announce_new_revision(run: PipelineRun) -> None:
+    """``signals.revision_live`` when ``run`` (just RUNNING) runs another revision than the run before it."""
+    number = run.revision.number
+    previous = (
+        PipelineRun.objects.filter(pipeline_id=run.pipeline_id, started_at__lte=run.started_at)
+        .exclude(pk=run.pk)
+        .order_by("-started_at", "-id")
+        .values_list("revision__number", flat=True)
+        .first()
+    )
+    if previous is not None and previous != number:
+        signals.send_on_commit(
+            signals.revision_live, pipeline_id=run.pipeline_id, revision=number, previous_revision=previous
+        )
 
 
 #: Redis key holding when supervision first saw this Redis (epoch seconds). Set only if absent, so a Redis

@@ -28,6 +28,8 @@
       });
       const ids = (f.get("ids") || "").trim();  // a selection ticked on the list page
       if (ids) filters.ids = ids.split(",").map(Number);
+      const scan = (f.get("fix_forward") || "").trim();  // the candidates of a fix-forward scan
+      if (scan) filters.fix_forward = Number(scan);
       const range = f.get("range");
       const hours = { "1h": 1, "24h": 24, "7d": 168 }[range];
       if (hours) filters.since = new Date(Date.now() - hours * 3600 * 1000).toISOString();

@@ -125,7 +125,7 @@ def test_two_workers_claiming_the_same_bulk_chunk_replay_each_message_once(
     bulk = BulkAction.objects.select_related("created_by", "team").get(pk=bulk.pk)
     ids = [d.pk for d in parked]
     both_claimed = threading.Barrier(2)
-    latest_payloads = bulk_actions._latest_payloads
+    latest_payloads = bulk_actions.latest_payloads
 
     def after_the_claim(claimed_ids):
         # The other worker may be waiting on this one's row locks and never come: go on after 3 s.
@@ -133,7 +133,7 @@ def test_two_workers_claiming_the_same_bulk_chunk_replay_each_message_once(
             both_claimed.wait(timeout=3)
         return latest_payloads(claimed_ids)
 
-    monkeypatch.setattr(bulk_actions, "_latest_payloads", after_the_claim)
+    monkeypatch.setattr(bulk_actions, "latest_payloads", after_the_claim)
 
     def replay_chunk():
         return bulk_actions._settle_replay_chunk(bulk, bulk_actions._send_replay_chunk(bulk, ids))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import signal
 import sys
@@ -13,13 +14,15 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import OperationalError, connection
 from django.utils import timezone
 
 from access.models import AuditEvent, Role
 from pipelines import supervision
 from pipelines.models import DesiredState, Pipeline, PipelineRun, PipelineState
-from pipelines.services import create_pipeline
+from pipelines.services import create_pipeline, revise_pipeline
+from pipelines.signals import revision_live
 from pipelines.supervision import backoff_seconds, judge_exit, launcher, reconciler
 from pipelines.topics import TopicPlan
 from tests.factories import member
@@ -180,6 +183,37 @@ def test_a_running_driver_is_promoted_by_its_heartbeat_and_stops_gracefully(supe
     _tick_until(lambda: _state(pipeline) == PipelineState.STOPPED)
     run.refresh_from_db()
     assert (run.state, run.exit_code, run.error_type) == ("stopped", 0, "Stopped")
+
+
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)  # the signal is sent once the promotion commits
+def test_a_restart_that_applies_a_new_revision_announces_it_once_its_run_is_running(supervised):
+    """``signals.revision_live`` (what fix forward starts from): sent when a run of another revision than the
+    run before it reaches RUNNING; not for a first run, not for a restart of the same revision."""
+    pipeline, operator, behaviour = supervised
+    behaviour["name"] = "run"
+    heard: list[tuple[int, int | None]] = []
+
+    def hear(**payload) -> None:
+        heard.append((payload["revision"], payload["previous_revision"]))
+
+    revision_live.connect(hear, weak=False, dispatch_uid="test-revision-live")
+    try:
+        for revise in (False, False, True):
+            if revise:
+                spec = copy.deepcopy(pipeline.current_revision.spec)
+                spec["error_handling"] = {"missing_field_behavior": "null"}
+                admin = User.objects.get(username="ada")
+                revise_pipeline(actor=admin, pipeline=pipeline, spec=spec)
+                pipeline.refresh_from_db()
+            supervision.request_start(actor=operator, pipeline=pipeline)
+            _tick_until(lambda: _state(pipeline) == PipelineState.RUNNING)
+            supervision.request_stop(actor=operator, pipeline=pipeline)
+            supervision.stop_pipeline(pipeline_id=pipeline.pk)
+            _tick_until(lambda: _state(pipeline) == PipelineState.STOPPED)
+    finally:
+        revision_live.disconnect(dispatch_uid="test-revision-live")
+    assert heard == [(2, 1)]
 
 
 @pytest.mark.redis
