@@ -735,3 +735,48 @@ class FixForwardCandidate(models.Model):
 
     def __str__(self) -> str:
         return f"dead letter {self.dead_letter_id} of fix-forward scan {self.scan_id}"
+
+
+class Claim(models.Model):
+    """Someone is on it: ``claimed_by`` investigates a failure ``group`` or one ``dead_letter`` (exactly one of
+    the two), with a ``note``. Open while ``released_at`` is null: released by hand (the claimer or a team
+    admin) or on resolution (the dead letter is no longer parked, the group has none parked:
+    ``dlq.services.claims.release_resolved``). At most one open claim per group and per dead letter; a
+    dead letter shows its group's claim when it has none of its own."""
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="+")
+    group = models.ForeignKey(
+        FailureGroup, on_delete=models.CASCADE, null=True, blank=True, related_name="claims"
+    )
+    dead_letter = models.ForeignKey(
+        DeadLetter, on_delete=models.CASCADE, null=True, blank=True, related_name="claims"
+    )
+    claimed_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    note = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+    released_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    release_reason = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(group__isnull=True) ^ models.Q(dead_letter__isnull=True),
+                name="claim_one_target",
+            ),
+            models.UniqueConstraint(
+                fields=["group"], condition=models.Q(released_at__isnull=True, group__isnull=False),
+                name="one_open_claim_per_group",
+            ),
+            models.UniqueConstraint(
+                fields=["dead_letter"], condition=models.Q(released_at__isnull=True, dead_letter__isnull=False),
+                name="one_open_claim_per_dead_letter",
+            ),
+        ]  # fmt: skip
+
+    def __str__(self) -> str:
+        target = f"group {self.group_id}" if self.group_id else f"dead letter {self.dead_letter_id}"
+        return f"claim of {target} by {self.claimed_by_id}"

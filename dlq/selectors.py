@@ -15,9 +15,9 @@ from django.db.models import Count, Min, Model, Q, QuerySet
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
-from access.models import AuditEvent
+from access.models import AuditEvent, Role
 from access.paging import KeysetPage, keyset_page
-from access.permissions import AnyUser, is_admin, visible_teams
+from access.permissions import AnyUser, is_admin, role_in, visible_teams
 from dlq import counts, markdown, services
 from dlq.filters import SEARCH_ORDER, MessageFilter
 from dlq.models import (
@@ -225,6 +225,10 @@ class GroupRow:
     #: The group's oldest parked dead letter (None: none is parked): where a runbook's fix / replay / skip /
     #: request-delete action opens.
     first_parked: int | None = None
+    #: Who is on the group (None: nobody), and whether the user may claim it (or edit their note) / release it.
+    claim: services.ClaimView | None = None
+    can_claim: bool = False
+    can_release: bool = False
 
 
 def _hour(moment: datetime) -> datetime:
@@ -241,7 +245,7 @@ def group_rows(
 ) -> list[GroupRow]:
     """Failure groups the user may see, most recently seen first, with the parked count, a 24-hour trend
     and their runbooks (attached to the group, or to its error type in its team), and its oldest parked dead
-    letter. Five queries."""
+    letter, who is on it and what the user may do about that. Six queries."""
     qs = with_parked_counts(FailureGroup.objects.filter(team__in=visible_teams(user)))
     if pipeline:
         qs = qs.filter(pipeline_name=pipeline)
@@ -270,9 +274,16 @@ def group_rows(
         .annotate(first=Min("pk"))
         .values_list("group", "first")
     )
+    claims = services.group_claims([g.pk for g in groups])
+    roles = {g.team_id: role_in(user, g.team) for g in groups}
+    me = user.get_username() if user.is_authenticated else ""
     rows = []
     for g in groups:
         counts = [hourly.get(g.pk, {}).get(h, 0) for h in hours]
+        claim = claims.get(g.pk)
+        role = roles[g.team_id]
+        operates = role is not None and Role.rank(role) >= Role.rank(Role.OPERATOR)
+        administers = role is not None and Role.rank(role) >= Role.rank(Role.ADMIN)
         books = by_group.get(g.pk, []) + by_type.get((g.team_id, g.error_type), [])
         rows.append(
             GroupRow(
@@ -283,6 +294,9 @@ def group_rows(
                     for rb in books
                 ],
                 first_parked.get(g.pk),
+                claim,
+                can_claim=operates and bool(getattr(g, "parked", 0)) and (claim is None or claim.by == me),
+                can_release=claim is not None and (claim.by == me or administers),
             )
         )
     return rows

@@ -50,6 +50,12 @@ def apply_retention() -> dict[str, Any]:
     return {"run": run.pk, "purged": run.purged, "total": run.total}
 
 
+@shared_task(name="dlq.release_resolved_claims")
+def release_resolved_claims() -> int:
+    """Release the claims on dead letters no longer parked and on groups with none parked."""
+    return services.release_resolved()
+
+
 @shared_task(name="dlq.compact_counts")
 def compact_counts() -> int:
     """Fold the status-count deltas the triggers wrote into one row per key (every minute)."""

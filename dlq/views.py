@@ -59,6 +59,9 @@ def message_list(request: HttpRequest) -> HttpResponse:
         size=page_size,
     )
     roles = presenters.roles_of(request.user)
+    claims = services.claims_for(page.rows)
+    for row in page.rows:
+        row.claim_shown = claims.get(row.pk)  # for the template
     group = None
     if query.selection.group is not None:
         group = FailureGroup.objects.filter(
@@ -121,12 +124,18 @@ def message_detail(request: HttpRequest, pk: int) -> HttpResponse:
     decoded = services.decoded_payload(dead_letter, original)
     shown = decoded.text if decoded is not None and decoded.text is not None else original
     value_view = presenters.payload_views(shown, masking=masking)
+    claim = info.claim
+    mine = claim is not None and claim.by == request.user.get_username()
+    own_claim = claim is not None and claim.on == "message"
     return render(
         request,
         "dlq/message.html",
         {
             "dl": dead_letter,
             "info": info,
+            "claim": claim,
+            "can_claim": can_operate and dead_letter.status == Status.PARKED and (not own_claim or mine),
+            "can_release": own_claim and (mine or roles.at_least(dead_letter.team_id, Role.ADMIN)),
             "value": value_view,
             "decoded": decoded,
             "schema_cluster": dead_letter.pipeline.cluster.name

@@ -12,6 +12,7 @@ from typing import Any
 
 from dlq import signals as dlq_signals
 from dlq.models import ApprovalKind, ApprovalRequest, BulkAction, FailureGroup
+from dlq.services.claims import claims_for
 from notifications import dispatch
 from notifications.dispatch import Event
 from notifications.models import EventType
@@ -81,19 +82,24 @@ def approval_event(approval: ApprovalRequest) -> Event:
         else f"bulk action {approval.bulk_id}"
     )
     requester = approval.requested_by.get_username() if approval.requested_by else "someone"
+    claim = None
+    if approval.dead_letter is not None:
+        claim = claims_for([approval.dead_letter]).get(approval.dead_letter.pk)
+    on_it = f"\ninvestigating: {claim.by}" + (f" ({claim.note[:200]})" if claim.note else "") if claim else ""
     return Event(
         type=EventType.APPROVAL_WAITING,
         key=f"approval:{approval.pk}",
         team_id=approval.team_id,
         title=f"Approval waiting: {what}",
-        text=f"{requester} asks: {approval.reason[:500]}",
+        text=f"{requester} asks: {approval.reason[:500]}{on_it}",
         data={
             "approval": approval.pk,
             "kind": approval.kind,
             "requested_by": requester,
             "dead_letter": approval.dead_letter_id,
             "bulk": approval.bulk_id,
-        },
+        }
+        | ({"investigating": claim.as_json()} if claim else {}),
     )
 
 

@@ -349,6 +349,7 @@ CELERY_BEAT_SCHEDULE = {
     "resolve-in-doubt-replays": {"task": "dlq.resolve_in_doubt", "schedule": 60.0},
     "dlq-retention": {"task": "dlq.apply_retention", "schedule": 3600.0},
     "dlq-compact-counts": {"task": "dlq.compact_counts", "schedule": 60.0},
+    "dlq-release-resolved-claims": {"task": "dlq.release_resolved_claims", "schedule": 60.0},
     "notifications-flush-digests": {"task": "notifications.flush_due_digests", "schedule": 15.0},
 }
 

@@ -48,9 +48,25 @@ from dlq.services import (
     revision_diff,
     runbooks_for,
 )
+from dlq.services.claims import ClaimView
 from pipelines.models import DEFAULT_CLUSTER_NAME
 from pipelines.spec import DestinationConfig
 from streamforge_core.text import UNENCODABLE, unencodable_path
+
+
+class ClaimSerializer(serializers.Serializer[ClaimView]):
+    """Who is on it: ``by`` (user name), ``since`` (UTC), ``note``, ``on`` (``message`` or ``group``)."""
+
+    by = serializers.CharField()
+    since = serializers.DateTimeField()
+    note = serializers.CharField(allow_blank=True)
+    on = serializers.ChoiceField(["message", "group"])
+
+
+class ClaimRequestSerializer(serializers.Serializer[dict[str, Any]]):
+    """``POST .../claim/``: an optional note (at most 500 characters)."""
+
+    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
 
 
 class DeadLetterListSerializer(serializers.ModelSerializer[DeadLetter]):
@@ -64,12 +80,14 @@ class DeadLetterListSerializer(serializers.ModelSerializer[DeadLetter]):
         help_text="the Kafka cluster it was read from (and replays to)"
     )
     error_message = serializers.SerializerMethodField()
+    claim = serializers.SerializerMethodField(help_text="who is on it: its own claim, else its group's")
 
     class Meta:
         model = DeadLetter
         fields = [
             "id",
             "status",
+            "claim",
             "pipeline",
             "cluster",
             "error_type",
@@ -94,6 +112,12 @@ class DeadLetterListSerializer(serializers.ModelSerializer[DeadLetter]):
     def get_error_message(self, obj: DeadLetter) -> str:
         """The first 300 characters (the detail has all of it)."""
         return obj.error_message[:300]
+
+    @extend_schema_field({"type": "object", "nullable": True, "description": "by, since, note, on"})
+    def get_claim(self, obj: DeadLetter) -> dict[str, str] | None:
+        """From the ``claims`` context (``dlq.services.claims.claims_for`` of the page); None: nobody."""
+        shown = self.context.get("claims", {}).get(obj.pk)
+        return shown.as_json() if shown is not None else None
 
     def to_representation(self, instance: DeadLetter) -> dict[str, Any]:
         """The row; ``key_text`` masked for teams in the ``key_masked_teams`` context (see
@@ -278,6 +302,7 @@ class FailureGroupSerializer(serializers.ModelSerializer[FailureGroup]):
     parked = serializers.IntegerField(read_only=True)
     trend = serializers.SerializerMethodField()
     runbooks = serializers.SerializerMethodField()
+    claim = serializers.SerializerMethodField(help_text="who is on it; null: nobody")
 
     class Meta:
         model = FailureGroup
@@ -294,7 +319,14 @@ class FailureGroupSerializer(serializers.ModelSerializer[FailureGroup]):
             "last_seen",
             "trend",
             "runbooks",
+            "claim",
         ]
+
+    @extend_schema_field({"type": "object", "nullable": True, "description": "by, since, note, on"})
+    def get_claim(self, obj: FailureGroup) -> dict[str, str] | None:
+        """Who is on the group, from the ``claims`` context (``dlq.services.group_claims``); None: nobody."""
+        shown = self.context.get("claims", {}).get(obj.pk)
+        return shown.as_json() if shown is not None else None
 
     @extend_schema_field(TrendPointSerializer(many=True))
     def get_trend(self, obj: FailureGroup) -> list[dict[str, Any]]:
@@ -685,6 +717,9 @@ class MessageInspectionSerializer(serializers.Serializer[MessageInspection]):
         "own destination only, so replaying all of them writes every destination once",
     )
     approvals = ApprovalSummarySerializer(many=True)
+    claim = ClaimSerializer(
+        allow_null=True, help_text="who is on it: its own claim, else its group's; null: nobody"
+    )
 
 
 # ------------------------------------------------------------------------------------------ retention

@@ -38,6 +38,8 @@ from dlq.api.serializers import (
     BulkSerializer,
     CheckResultSerializer,
     CheckSerializer,
+    ClaimRequestSerializer,
+    ClaimSerializer,
     DeadLetterListSerializer,
     DlqTopicCreateSerializer,
     DlqTopicSerializer,
@@ -199,9 +201,8 @@ class DeadLetterViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[DeadLe
         hidden = services.key_masked_teams(request.user)
         queryset = _selection(request).apply(self.get_queryset(), key_masked_teams=hidden)
         page = self.paginate_queryset(queryset)
-        return self.get_paginated_response(
-            DeadLetterListSerializer(page, many=True, context={"key_masked_teams": hidden}).data
-        )
+        context = {"key_masked_teams": hidden, "claims": services.claims_for(page or [])}
+        return self.get_paginated_response(DeadLetterListSerializer(page, many=True, context=context).data)
 
     @extend_schema(
         parameters=_EXPORT_PARAMS,
@@ -322,6 +323,30 @@ class DeadLetterViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[DeadLe
         )
         return Response(ApprovalSerializer(approval).data, status=status.HTTP_202_ACCEPTED)
 
+    @extend_schema(request=ClaimRequestSerializer, responses={200: ClaimSerializer})
+    @action(detail=True, methods=["post"])
+    def claim(self, request: Request, pk: str) -> Response:
+        """Claim the (parked) dead letter: "investigating: you", with an optional note (operator). 409 when
+        someone else is on it, naming them."""
+        serializer = ClaimRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        dead_letter = self._dead_letter(pk)
+        services.claim(actor=request.user, dead_letter=dead_letter, note=serializer.validated_data["note"])  # type: ignore[arg-type]
+        return Response(ClaimSerializer(services.claims_for([dead_letter])[dead_letter.pk]).data)
+
+    @extend_schema(request=OptionalReasonSerializer, responses={204: None})
+    @action(detail=True, methods=["post"])
+    def release(self, request: Request, pk: str) -> Response:
+        """Release the dead letter's claim (its claimer, or an admin of the team)."""
+        serializer = OptionalReasonSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        services.release_claim(
+            actor=request.user,  # type: ignore[arg-type]
+            dead_letter=self._dead_letter(pk),
+            reason=serializer.validated_data["reason"],
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
 
 class ApprovalViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[ApprovalRequest]):
     """``/api/dlq/approvals/``: requests of the caller's teams (``?state=pending``). ``approve/`` and
@@ -364,7 +389,7 @@ class ApprovalViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[Approval
         return self._decide(request, services.reject)
 
 
-class FailureGroupViewSet(viewsets.ReadOnlyModelViewSet[FailureGroup]):
+class FailureGroupViewSet(ServiceErrorsMixin, viewsets.ReadOnlyModelViewSet[FailureGroup]):
     """``/api/dlq/groups/``: failure groups of the caller's teams, most recently seen first, with the
     parked count, the hourly trend of the last 24 hours and their runbooks. Filters: ``pipeline``,
     ``error_type``."""
@@ -385,7 +410,32 @@ class FailureGroupViewSet(viewsets.ReadOnlyModelViewSet[FailureGroup]):
     def get_serializer_context(self) -> dict[str, Any]:
         context = super().get_serializer_context()
         context["trends"] = self._trends()
+        context["claims"] = services.group_claims(self.get_queryset().values_list("pk", flat=True))
         return context
+
+    @extend_schema(request=ClaimRequestSerializer, responses={200: ClaimSerializer})
+    @action(detail=True, methods=["post"])
+    def claim(self, request: Request, pk: str) -> Response:
+        """Claim the failure group (operator): its dead letters, new arrivals included, show "investigating:
+        you". 409 when someone else is on it, naming them."""
+        serializer = ClaimRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        group = self.get_object()
+        services.claim(actor=request.user, group=group, note=serializer.validated_data["note"])  # type: ignore[arg-type]
+        return Response(ClaimSerializer(services.group_claims([group.pk])[group.pk]).data)
+
+    @extend_schema(request=OptionalReasonSerializer, responses={204: None})
+    @action(detail=True, methods=["post"])
+    def release(self, request: Request, pk: str) -> Response:
+        """Release the group's claim (its claimer, or an admin of the team)."""
+        serializer = OptionalReasonSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        services.release_claim(
+            actor=request.user,  # type: ignore[arg-type]
+            group=self.get_object(),
+            reason=serializer.validated_data["reason"],
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
     def _trends(self) -> dict[int, list[dict[str, Any]]]:
         since = timezone.now() - timedelta(hours=24)

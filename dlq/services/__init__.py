@@ -21,6 +21,7 @@ One module per workflow; this package re-exports their public names, so ``servic
   and creation); ``fix_patch``: the fix itself and the runner's chunk;
 - ``fix_forward``: after a new revision goes live, which parked dead letters it now passes (a scan a
   worker runs), replayed as a bulk replay of the scan's candidates;
+- ``claims``: who is on a failure group or a dead letter, released by hand or on resolution;
 - ``admin``: extra DLQ topics and runbooks;
 - ``retention``: retention policies and the purge of closed dead letters;
 - ``notify``: after-commit notifications of the console pages;
@@ -52,6 +53,8 @@ from dlq.services.bulk_fix import (
     parse_fix,
     preview_bulk_fix,
 )
+from dlq.services.claims import ClaimView, claim, claims_for, group_claims, release_resolved
+from dlq.services.claims import release as release_claim
 from dlq.services.decoded import DecodedPayload, decode_with, decoded_payload, stored_fix
 from dlq.services.errors import Conflict, InvalidRequest, RegistryUnavailable, ReplayFailed, WouldFailAgain
 from dlq.services.exports import EXPORT_MAX_ROWS, DeadLetterExport, export_dead_letters
@@ -120,6 +123,7 @@ __all__ = [
     "BulkFixPreview",
     "BulkPreview",
     "BulkTransition",
+    "ClaimView",
     "Conflict",
     "DeadLetterExport",
     "DecodedPayload",
@@ -152,6 +156,8 @@ __all__ = [
     "cancel_bulk",
     "check_draft",
     "check_payload",
+    "claim",
+    "claims_for",
     "create_bulk",
     "create_bulk_fix",
     "current_payload",
@@ -161,6 +167,7 @@ __all__ = [
     "delete_runbook",
     "export_dead_letters",
     "fix_payload",
+    "group_claims",
     "hex_dump",
     "inspect_message",
     "key_masked_teams",
@@ -174,6 +181,8 @@ __all__ = [
     "recount",
     "register_topic",
     "reject",
+    "release_claim",
+    "release_resolved",
     "render_bytes",
     "render_headers",
     "replay",

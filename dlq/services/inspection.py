@@ -13,6 +13,7 @@ from django.db.models import QuerySet
 from access.models import Membership, Role, Team
 from access.permissions import AnyUser, is_admin, require_role, role_in, visible_teams
 from dlq.models import DeadLetter
+from dlq.services.claims import ClaimView, claims_for
 from dlq.services.decoded import DecodedPayload, payload_reader
 from dlq.services.fixes import PayloadCheck, payload_diff
 from dlq.services.rendering import (
@@ -181,6 +182,7 @@ class MessageInspection:
     later_failures: tuple[int, ...]
     siblings: tuple[Sibling, ...]
     approvals: tuple[ApprovalSummary, ...]
+    claim: ClaimView | None = None
 
     def has_pending_delete(self) -> bool:
         """Whether a delete request about the dead letter waits for an approver."""
@@ -330,6 +332,7 @@ def inspect_message(*, user: AnyUser, dead_letter: DeadLetter) -> MessageInspect
             ApprovalSummary(id=a.pk, kind=a.kind, state=a.state, requested_by=a.requested_by.get_username())
             for a in dead_letter.approvals.select_related("requested_by")
         ),
+        claim=claims_for([dead_letter]).get(dead_letter.pk),
     )
 
 

@@ -9,6 +9,7 @@
  * bound to elements would be lost):
  *   data-post="<api url>"          POST there (data-method="DELETE" for a delete)
  *   data-reason="required|optional|none"  ask for a reason in the confirmation dialog ("none": no dialog)
+ *   data-reason-field="note"               send the dialog's text under that name instead of "reason"
  *   data-title, data-text, data-submit, data-danger   the dialog's wording
  *   data-refresh="id id ..."       sections to re-read afterwards
  *   data-idempotent="true"         send an Idempotency-Key (one per confirmation); data-summary="replay" says where it landed
@@ -113,7 +114,10 @@ window.StreamForgeDlq = (function () {
     const method = button.dataset.method || "POST";
     // data-body: more JSON fields to send with the reason (a forced replay sends {"force": true})
     const extra = button.dataset.body ? JSON.parse(button.dataset.body) : {};
-    const body = method === "DELETE" ? undefined : Object.assign({ reason: reason }, extra);
+    // data-reason-field: the body's name for the dialog's text (a claim sends it as its "note")
+    const text = {};
+    text[button.dataset.reasonField || "reason"] = reason;
+    const body = method === "DELETE" ? undefined : Object.assign(text, extra);
     // data-idempotent: one Idempotency-Key per confirmed action, so a retried or doubled request acts once
     const headers = {};
     if (button.dataset.idempotent) {
