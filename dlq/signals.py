@@ -4,6 +4,7 @@ transaction that made the change commits.
 - ``failure_group_created(group_id: int)``: ingest stored the first dead letter of a new failure group.
 - ``approval_requested(approval_id: int)``: a delete or a bulk action waits for an approver.
 - ``bulk_finished(bulk_id: int)``: a bulk action completed.
+- ``fix_forward_found(scan_id: int)``: a fix-forward scan ended with dead letters its revision now passes.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from django.dispatch import Signal
 failure_group_created = Signal()
 approval_requested = Signal()
 bulk_finished = Signal()
+fix_forward_found = Signal()
 
 
 def send_on_commit(signal: Signal, **payload: Any) -> None:

@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from dlq import signals as dlq_signals
-from dlq.models import ApprovalKind, ApprovalRequest, BulkAction, FailureGroup
+from dlq.models import ApprovalKind, ApprovalRequest, BulkAction, FailureGroup, FixForwardScan
 from dlq.services.claims import claims_for
 from notifications import dispatch
 from notifications.dispatch import Event
@@ -116,6 +116,31 @@ def bulk_event(bulk: BulkAction) -> Event:
     )
 
 
+def fix_forward_event(scan: FixForwardScan) -> Event:
+    """The event of a fix-forward scan that found dead letters its revision now passes: how many, where,
+    and the page that offers their replay."""
+    where = "; ".join(
+        f"{g['candidates']} at {g['destination'] or 'every destination'} ({g['error_type']})"
+        for g in scan.groups
+        if g["candidates"]
+    )
+    return Event(
+        type=EventType.FIX_FORWARD,
+        key=f"fix_forward:{scan.pk}",
+        team_id=scan.team_id,
+        title=f"Revision {scan.revision} of {scan.pipeline.name} now passes {scan.candidates} parked dead letters",
+        text=f"{where}\nReplay them from /dlq/fix-forward/{scan.pk}/ (a bulk replay, counted first)",
+        data={
+            "scan": scan.pk,
+            "pipeline": scan.pipeline.name,
+            "revision": scan.revision,
+            "previous_revision": scan.previous_revision,
+            "candidates": scan.candidates,
+            "still_failing": scan.still_failing,
+        },
+    )
+
+
 # ------------------------------------------------------------------------------------------------ receivers
 
 
@@ -149,6 +174,13 @@ def on_approval_requested(sender: Any, *, approval_id: int, **_: Any) -> None:
         dispatch.publish(approval_event(approval))
 
 
+def on_fix_forward_found(sender: Any, *, scan_id: int, **_: Any) -> None:
+    """``dlq.signals.fix_forward_found``."""
+    scan = FixForwardScan.objects.select_related("pipeline").filter(pk=scan_id).first()
+    if scan is not None:
+        dispatch.publish(fix_forward_event(scan))
+
+
 def on_bulk_finished(sender: Any, *, bulk_id: int, **_: Any) -> None:
     """``dlq.signals.bulk_finished``."""
     bulk = BulkAction.objects.filter(pk=bulk_id).first()
@@ -163,5 +195,6 @@ def connect() -> None:
         on_pipeline_stopped, dispatch_uid="notifications.pipeline"
     )
     dlq_signals.failure_group_created.connect(on_failure_group_created, dispatch_uid="notifications.group")
+    dlq_signals.fix_forward_found.connect(on_fix_forward_found, dispatch_uid="notifications.fix_forward")
     dlq_signals.approval_requested.connect(on_approval_requested, dispatch_uid="notifications.approval")
     dlq_signals.bulk_finished.connect(on_bulk_finished, dispatch_uid="notifications.bulk")

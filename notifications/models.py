@@ -33,6 +33,7 @@ class EventType(models.TextChoices):
     PIPELINE_FAILED = "pipeline.failed", "Pipeline failed"
     APPROVAL_WAITING = "approval.waiting", "Approval waiting"
     BULK_FINISHED = "bulk.finished", "Bulk action finished"
+    FIX_FORWARD = "fix_forward.found", "A new revision now passes parked dead letters"
     TEST = "test", "Test message"
 
 

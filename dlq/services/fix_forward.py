@@ -39,6 +39,7 @@ from django.utils import timezone
 from access import audit
 from access.models import Role
 from access.permissions import require_role
+from dlq import signals
 from dlq.models import DeadLetter, FixForwardCandidate, FixForwardScan, FixForwardState, Status
 from dlq.services.bulk import latest_payloads
 from dlq.services.errors import InvalidRequest, RegistryUnavailable
@@ -230,8 +231,9 @@ def _failed_destinations(destination: str) -> set[str] | None:
 def run_scan(*, scan_id: int, chunk_size: int = CHUNK_SIZE) -> FixForwardScan:
     """Run a queued scan (a worker's task): claim it (QUEUED -> RUNNING, so two workers cannot both run it),
     judge its dead letters chunk by chunk, store the candidates and the counts, end DONE (or FAILED with the
-    reason: the revision changed again, the registry could not serve). Returns the scan as it ended; a scan
-    another worker claimed is returned untouched."""
+    reason: the revision changed again, the registry could not serve); one with candidates sends
+    ``signals.fix_forward_found`` (notified). Returns the scan as it ended; a scan another worker claimed is
+    returned untouched."""
     claimed = FixForwardScan.objects.filter(pk=scan_id, state=FixForwardState.QUEUED).update(
         state=FixForwardState.RUNNING, started_at=timezone.now()
     )
@@ -259,6 +261,8 @@ def run_scan(*, scan_id: int, chunk_size: int = CHUNK_SIZE) -> FixForwardScan:
             state=FixForwardState.DONE, groups=groups, finished_at=timezone.now()
         )
     scan.refresh_from_db()
+    if scan.state == FixForwardState.DONE and scan.candidates:
+        signals.send_on_commit(signals.fix_forward_found, scan_id=scan.pk)
     audit.record(
         actor=None,
         action=f"fix_forward.{scan.state}",

@@ -17,17 +17,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import NewTopic
 
 from access.models import Role
 from dlq import services
 from dlq.filters import MessageFilter
 from dlq.models import ApprovalKind, ApprovalRequest, BulkAction, BulkState
 from dlq.services import bulk as bulk_actions
+from dlq.services import fix_forward
 from notifications import channels
 from notifications.models import Channel, DeliveryAttempt, EventType, Notification
 from pipelines import alerts, supervision
 from pipelines.models import MetricSample, Pipeline, PipelineRun, PipelineState
-from pipelines.services import create_pipeline
+from pipelines.services import create_pipeline, revise_pipeline
 from pipelines.supervision import launcher
 from pipelines.supervision import requests as supervision_requests
 from pipelines.topics import TopicPlan
@@ -359,3 +361,44 @@ def test_a_bulk_action_run_to_completion_is_notified_once(parked, operator, list
         "fraction": 1.0,
     }
     assert BulkAction.objects.get(pk=bulk.pk).state == BulkState.COMPLETED
+
+
+@pytest.mark.kafka
+def test_a_fix_forward_scan_that_finds_replayable_dead_letters_is_notified_once(
+    parked,
+    park,  # noqa: F811
+    operator,
+    listen,
+    receiver,
+    kafka_admin,
+    monkeypatch,
+):
+    """Revision 2 gives the missing ``payload.size`` a default (null): the scan finds the two pushes without
+    one, and the team hears it once, with where they failed and the page that replays them."""
+    pipeline = parked[0].pipeline
+    push = b'{"type": "PushEvent", "actor": {"login": "octocat"}, "payload": {}}'
+    park(
+        pipeline,
+        [(f"p{i}".encode(), push, "JsonPathNotFound", "path /payload/size not found") for i in range(2)],
+    )
+    spec = pipeline.current_revision.spec
+    topics = [*spec["source"]["topics"], *(d["topic"] for d in spec["destinations"])]
+    for future in kafka_admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
+        future.result(timeout=30)  # a replay's prediction checks the topics it would write
+    monkeypatch.setattr(fix_forward, "enqueue_scan", lambda scan_id: None)
+    revised = {**spec, "error_handling": {"missing_field_behavior": "null"}}
+    revise_pipeline(actor=member(pipeline.team, Role.ADMIN), pipeline=pipeline, spec=revised)
+    pipeline.refresh_from_db()
+    listeners = listen(EventType.FIX_FORWARD)
+    try:
+        scan = services.request_fix_forward_scan(pipeline=pipeline, actor=operator)
+        scan = services.run_fix_forward_scan(scan_id=scan.pk)
+        assert scan.candidates == 2
+        body = _the_one_delivery(receiver, listeners, EventType.FIX_FORWARD)
+        assert body["title"] == f"Revision 2 of {pipeline.name} now passes 2 parked dead letters"
+        assert body["text"] == (
+            f"2 at pushes (JsonPathNotFound)\nReplay them from /dlq/fix-forward/{scan.pk}/ (a bulk replay, counted first)"
+        )
+        assert body["data"]["candidates"] == 2
+    finally:
+        kafka_admin.delete_topics(topics)
