@@ -197,13 +197,27 @@ SLEEPER = "import subprocess, time; subprocess.Popen(['sleep', '300']); time.sle
 
 def _group(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
     """A new process group of two processes (a Python leader with ``args`` on its command line and a
-    ``sleep`` child), with ``env``."""
-    return subprocess.Popen(
+    ``sleep`` child), with ``env``; returned once the child runs ``sleep``. Python starts a child with
+    vfork: a SIGSTOP that reaches the child before its exec leaves the leader in uninterruptible sleep
+    (``disk-sleep``) until SIGCONT, so a test that freezes the group must not race its start."""
+    leader = subprocess.Popen(
         [sys.executable, "-c", SLEEPER, *args],
         env={**os.environ, **env},
         start_new_session=True,
         stdin=subprocess.DEVNULL,
     )
+    deadline = time.monotonic() + 30
+    while not any(_name(p) == "sleep" for p in _members(leader.pid)):
+        assert time.monotonic() < deadline, "the group's sleep child did not start within 30 s"
+        time.sleep(0.02)
+    return leader
+
+
+def _name(proc: psutil.Process) -> str:
+    try:
+        return proc.name()
+    except psutil.NoSuchProcess:
+        return ""
 
 
 def _members(pgid: int) -> list[psutil.Process]:
@@ -229,12 +243,22 @@ def _states(pgid: int) -> set[str]:
 
 def _settled_states(pgid: int, wanted: str, seconds: float = 10.0) -> set[str]:
     """The group's states once every member shows ``wanted``, or as they are after ``seconds``. A signal is
-    delivered when the process next leaves the kernel: one in uninterruptible sleep (``disk-sleep``, a busy
-    CI disk) shows SIGSTOP only a moment later, so an immediate look can miss it."""
+    delivered when the process next leaves the kernel: one in uninterruptible sleep (``disk-sleep``) shows
+    SIGSTOP only when it wakes, so an immediate look can miss it (see ``_group`` for one that never wakes)."""
     deadline = time.monotonic() + seconds
     while True:
         states = _states(pgid)
         if states <= {wanted} or time.monotonic() > deadline:
+            return states
+        time.sleep(0.05)
+
+
+def _settled_without(pgid: int, unwanted: str, seconds: float = 10.0) -> set[str]:
+    """The group's states once no member shows ``unwanted`` (SIGCONT delivered), or after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        states = _states(pgid)
+        if unwanted not in states or time.monotonic() > deadline:
             return states
         time.sleep(0.05)
 
@@ -339,7 +363,7 @@ def test_freeze_stops_the_same_groups_and_thaw_resumes_the_drivers_before_the_ru
     assert set(resumed[:-1]) == set(mine[1:]), "every driver before it"
     assert all(line.endswith("resumed") for line in lines)
     for pgid in mine:
-        assert psutil.STATUS_STOPPED not in _states(pgid), pgid
+        assert psutil.STATUS_STOPPED not in _settled_without(pgid, psutil.STATUS_STOPPED), pgid
     assert hosts.frozen_groups(cluster, "runner-a") == []
     with pytest.raises(StackError, match="not frozen"):
         hosts.thaw_host(cluster, "runner-a")
