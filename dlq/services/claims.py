@@ -22,8 +22,8 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from access import audit
-from access.models import Role, Team
-from access.permissions import has_role, require_role
+from access.models import Role
+from access.permissions import require_role
 from dlq.models import Claim, DeadLetter, FailureGroup, Status
 from dlq.services.errors import Conflict, InvalidRequest
 
@@ -192,12 +192,3 @@ def group_claims(group_ids: Iterable[int] | QuerySet[FailureGroup, int]) -> dict
         for c in Claim.objects.filter(group_id__in=ids, released_at__isnull=True).select_related("claimed_by")
         if c.group_id is not None
     }
-
-
-def may_release(actor: User, claim_view: ClaimView, team_id: int) -> bool:
-    """Whether ``actor`` may release a claim shown as ``claim_view`` in team ``team_id`` (the claimer, or an
-    admin of the team): what the pages use to offer the button."""
-    if claim_view.by == actor.get_username():
-        return True
-    team = Team.objects.filter(pk=team_id).first()
-    return team is not None and has_role(actor, team, Role.ADMIN)

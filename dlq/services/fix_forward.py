@@ -206,13 +206,9 @@ class _Judge:
         return "candidates" if self._fails_under(spec, dead_letter, value) else "unchanged"
 
     def _fails_under(self, spec: PipelineSpec, dead_letter: DeadLetter, value: bytes) -> bool:
-        formats = None
-        if spec.source.uses_registry or any(d.format != "json" for d in spec.destinations):
-            try:
-                formats = formats_for(spec, self.pipeline.cluster)
-            except RegistryUnreachable as exc:
-                raise RegistryUnavailable(str(exc)) from None
+        uses_registry = spec.source.uses_registry or any(d.format != "json" for d in spec.destinations)
         try:
+            formats = formats_for(spec, self.pipeline.cluster) if uses_registry else None
             [results] = dry_run(spec=spec, messages=[replayed_message(dead_letter, value)], formats=formats)
         except RegistryUnreachable as exc:
             raise RegistryUnavailable(str(exc)) from None

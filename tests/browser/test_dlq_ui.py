@@ -305,15 +305,15 @@ def test_new_dead_letters_appear_on_the_list_and_the_overview_without_a_reload(
     expect(backlog).to_have_text("4")  # leaving "parked" lowers the backlog too
 
 
-def take_queued_task(queue: str, bulk_id: int) -> bool:
-    """Take the ``dlq.run_bulk`` task the web process queued for this bulk action off its Celery queue in
-    Redis (the browser tests' own queue; no worker runs here: the test runs the task's body itself)."""
+def take_queued_task(queue: str, object_id: int, task: str = "dlq.run_bulk") -> bool:
+    """Take the ``task`` the web process queued for this object (a bulk action by default) off its Celery
+    queue in Redis (the browser tests' own queue; no worker runs here: the test runs the task's body itself)."""
     client = redis.Redis.from_url(settings.REDIS_URL)
     queued: list[bytes] = client.lrange(queue, 0, -1)  # type: ignore[assignment]  # sync client
     for raw in queued:
         message = json.loads(raw)
         headers = message.get("headers", {})
-        if headers.get("task") == "dlq.run_bulk" and headers.get("argsrepr") == f"({bulk_id},)":
+        if headers.get("task") == task and headers.get("argsrepr") == f"({object_id},)":
             client.lrem(queue, 1, raw.decode())
             return True
     return False

@@ -8,13 +8,10 @@ failed."""
 from __future__ import annotations
 
 import copy
-import json
 import re
 import threading
 
 import pytest
-import redis
-from django.conf import settings
 from django.db import connection
 from playwright.sync_api import expect
 
@@ -27,17 +24,6 @@ from tests.browser.test_dlq_ui import bad_push, people, pipeline, store, take_qu
 from tests.pipelines.spark.harness import consume_all
 
 pytestmark = [pytest.mark.browser, pytest.mark.redis, pytest.mark.kafka]
-
-
-def take_queued_scan(queue: str, scan_id: int) -> bool:
-    """Take the ``dlq.run_fix_forward`` task the web process queued for this scan off its Celery queue."""
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    for raw in client.lrange(queue, 0, -1):  # type: ignore[union-attr]  # sync client
-        headers = json.loads(raw).get("headers", {})
-        if headers.get("task") == "dlq.run_fix_forward" and headers.get("argsrepr") == f"({scan_id},)":
-            client.lrem(queue, 1, raw.decode())
-            return True
-    return False
 
 
 def in_a_worker(work) -> None:
@@ -76,7 +62,9 @@ def test_a_scan_after_a_new_revision_offers_exactly_what_now_passes_and_replays_
     expect(page.get_by_test_id("fix-forward-state")).to_have_text("queued")
     scan = FixForwardScan.objects.latest("id")
     assert (scan.revision, scan.trigger, scan.total) == (2, "manual", 4)
-    assert take_queued_scan(asgi_server.celery_queue, scan.pk), "the web process queued no scan for a worker"
+    assert take_queued_task(asgi_server.celery_queue, scan.pk, "dlq.run_fix_forward"), (
+        "the web process queued no scan for a worker"
+    )
     in_a_worker(lambda: services.run_fix_forward_scan(scan_id=scan.pk))
 
     # the page follows the scan and shows the result beside the diff that explains it
