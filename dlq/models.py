@@ -375,6 +375,7 @@ class ApprovalKind(models.TextChoices):
 
     DELETE = "delete", "Delete a dead letter"
     BULK = "bulk", "Run a large bulk action"
+    REDRIVE = "redrive", "Create or widen a redrive policy"
 
 
 class ApprovalState(models.TextChoices):
@@ -398,6 +399,12 @@ class ApprovalRequest(models.Model):
     )
     bulk = models.ForeignKey(
         "BulkAction", on_delete=models.CASCADE, null=True, blank=True, related_name="approvals"
+    )
+    redrive_policy = models.ForeignKey(
+        "RedrivePolicy", on_delete=models.CASCADE, null=True, blank=True, related_name="approvals"
+    )
+    change = models.JSONField(
+        default=dict, blank=True, help_text="redrive: the settings it asks for (field -> value)"
     )
     state = models.CharField(max_length=16, choices=ApprovalState.choices, default=ApprovalState.PENDING)
     reason = models.TextField()
@@ -506,6 +513,14 @@ class BulkAction(models.Model):
         default=dict,
         blank=True,
         help_text="messages a pending delete request held, left untouched: dead-letter id -> reason",
+    )
+    redrive_policy = models.ForeignKey(
+        "RedrivePolicy",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="runs",
+        help_text="the redrive policy whose scheduled run this is (null: a person's own bulk action)",
     )
 
     class Meta:
@@ -780,3 +795,64 @@ class Claim(models.Model):
     def __str__(self) -> str:
         target = f"group {self.group_id}" if self.group_id else f"dead letter {self.dead_letter_id}"
         return f"claim of {target} by {self.claimed_by_id}"
+
+
+class RedriveState(models.TextChoices):
+    """AWAITING_APPROVAL: created, waits for an approver other than its creator. ACTIVE: runs on its
+    schedule. PAUSED: stopped by an operator or by itself (its replays failed again above its threshold);
+    ``resume`` makes it ACTIVE. REJECTED: its creation was refused; never runs. DELETED: retired by an
+    operator; kept for the audit trail and its runs' pages."""
+
+    AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
+    ACTIVE = "active", "Active"
+    PAUSED = "paused", "Paused"
+    REJECTED = "rejected", "Rejected"
+    DELETED = "deleted", "Deleted"
+
+
+class RedrivePolicy(models.Model):
+    """Replay a pipeline's parked dead letters automatically (``dlq.services.redrive``): those of the
+    ``error_types`` (or of one failure ``group``), parked at least ``delay_seconds``, replayed by this policy
+    fewer than ``max_attempts`` times along their chain of failing again (``DeadLetter.replay_of``), at most
+    ``max_per_run`` per run at ``rate_limit`` messages per second, a run at most every ``interval_seconds``,
+    started only inside the UTC window ``window_start``..``window_end`` when one is set. Each run is a bulk
+    replay (``BulkAction.redrive_policy``). The policy pauses itself when, among its replays of the last
+    ``interval_seconds`` x 4 (at least ``pause_min_replays`` of them), the share that failed again is above
+    ``pause_threshold`` (0..1). Creating it, or any change that widens it, waits for an approver."""
+
+    name = models.CharField(max_length=100)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="+")
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="redrive_policies")
+    error_types = models.JSONField(default=list, blank=True, help_text="error types it replays")
+    group = models.ForeignKey(
+        FailureGroup, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    destination = models.CharField(max_length=128, blank=True, help_text="blank: any destination")
+    delay_seconds = models.PositiveIntegerField(default=300)
+    max_attempts = models.PositiveSmallIntegerField(default=3)
+    rate_limit = models.PositiveIntegerField(default=10, help_text="messages per second while a run runs")
+    max_per_run = models.PositiveIntegerField(default=500)
+    interval_seconds = models.PositiveIntegerField(default=300)
+    window_start = models.TimeField(null=True, blank=True, help_text="UTC; null: any time")
+    window_end = models.TimeField(null=True, blank=True, help_text="UTC; a window may cross midnight")
+    pause_threshold = models.FloatField(default=0.5)
+    pause_min_replays = models.PositiveIntegerField(default=10)
+    state = models.CharField(max_length=24, choices=RedriveState.choices)
+    paused_reason = models.TextField(blank=True)
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["pipeline_id", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["pipeline", "name"], condition=~models.Q(state="deleted"), name="one_live_policy_name"
+            )
+        ]
+        indexes = [models.Index(fields=["state", "next_run_at"], name="redrive_due")]
+
+    def __str__(self) -> str:
+        return f"redrive policy {self.name} of pipeline {self.pipeline_id} ({self.state})"
