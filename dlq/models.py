@@ -818,7 +818,8 @@ class RedrivePolicy(models.Model):
     started only inside the UTC window ``window_start``..``window_end`` when one is set. Each run is a bulk
     replay (``BulkAction.redrive_policy``). The policy pauses itself when, among its replays of the last
     ``interval_seconds`` x 4 (at least ``pause_min_replays`` of them), the share that failed again is above
-    ``pause_threshold`` (0..1). Creating it, or any change that widens it, waits for an approver."""
+    ``pause_threshold`` (0..1); replays before ``active_since`` (its approval or last resume) do not count.
+    Creating it, or any change that widens it, waits for an approver."""
 
     name = models.CharField(max_length=100)
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="+")
@@ -839,6 +840,9 @@ class RedrivePolicy(models.Model):
     pause_min_replays = models.PositiveIntegerField(default=10)
     state = models.CharField(max_length=24, choices=RedriveState.choices)
     paused_reason = models.TextField(blank=True)
+    active_since = models.DateTimeField(
+        null=True, blank=True, help_text="approved or last resumed: replays before it do not count to pause it"
+    )
     next_run_at = models.DateTimeField(null=True, blank=True)
     last_run_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
