@@ -318,7 +318,7 @@ def approvals(user: AnyUser, *, pending: bool, limit: int = 100) -> list[Approva
     """Approval requests of the user's teams: the pending ones (oldest first: first come, first served) or
     the most recently decided."""
     qs = ApprovalRequest.objects.filter(team__in=visible_teams(user)).select_related(
-        "requested_by", "decided_by", "team", "dead_letter", "bulk"
+        "requested_by", "decided_by", "team", "dead_letter", "bulk", "redrive_policy__pipeline"
     )
     if pending:
         return list(qs.filter(state=ApprovalState.PENDING).order_by("requested_at", "id")[:limit])

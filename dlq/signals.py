@@ -5,6 +5,7 @@ transaction that made the change commits.
 - ``approval_requested(approval_id: int)``: a delete or a bulk action waits for an approver.
 - ``bulk_finished(bulk_id: int)``: a bulk action completed.
 - ``fix_forward_found(scan_id: int)``: a fix-forward scan ended with dead letters its revision now passes.
+- ``redrive_paused(policy_id: int)``: a redrive policy paused itself (its replays failed again too often).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ failure_group_created = Signal()
 approval_requested = Signal()
 bulk_finished = Signal()
 fix_forward_found = Signal()
+redrive_paused = Signal()
 
 
 def send_on_commit(signal: Signal, **payload: Any) -> None:

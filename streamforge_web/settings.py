@@ -341,6 +341,9 @@ DRIVER_MEMORY_MB = env_int("STREAMFORGE_DRIVER_MEMORY_MB", 700, minimum=0)
 DRIVER_NICENESS = min(env_int("STREAMFORGE_DRIVER_NICENESS", 0, minimum=0), 19)
 CHECKPOINT_ROOT = env_str("STREAMFORGE_CHECKPOINT_ROOT", str(STATE_DIR / "checkpoints"))
 
+#: How often the beat starts the redrive policies' due runs and checks their brakes (seconds).
+REDRIVE_TICK_SECONDS = env_int("STREAMFORGE_REDRIVE_TICK_SECONDS", 30, minimum=1)
+
 CELERY_BEAT_SCHEDULE = {
     "reconcile-pipelines": {"task": "pipelines.reconcile", "schedule": float(RECONCILE_SECONDS)},
     "ingest-progress": {"task": "pipelines.ingest_progress", "schedule": 2.0},
@@ -350,6 +353,7 @@ CELERY_BEAT_SCHEDULE = {
     "dlq-retention": {"task": "dlq.apply_retention", "schedule": 3600.0},
     "dlq-compact-counts": {"task": "dlq.compact_counts", "schedule": 60.0},
     "dlq-release-resolved-claims": {"task": "dlq.release_resolved_claims", "schedule": 60.0},
+    "dlq-redrive-tick": {"task": "dlq.redrive_tick", "schedule": float(REDRIVE_TICK_SECONDS)},
     "notifications-flush-digests": {"task": "notifications.flush_due_digests", "schedule": 15.0},
 }
 

@@ -454,6 +454,7 @@ class BulkSerializer(serializers.ModelSerializer[BulkAction]):
             "fix",
             "fix_failures",
             "left_out",
+            "redrive_policy",
         ]
 
     @extend_schema_field(BulkProgressSerializer)
