@@ -505,6 +505,53 @@ def _arrival_summary(rows: Iterable[DeadLetter]) -> list[broadcast.Arrival]:
     ]
 
 
+def store_made_rows(rows: list[DeadLetter]) -> list[int]:
+    """Store dead letters made elsewhere than from a DLQ topic (``dlq.services.imports``) as ingest stores its
+    own: each row joins its failure group (``group_key`` of its team, pipeline, DLQ topic, cluster, error
+    type and normalized message; created or counted), the hourly arrivals count it at its
+    ``last_failed_at``, one insert, and the console hears of them after commit. Sets ``group_id`` and the
+    ids; returns the ids. Call it inside a transaction; a row whose coordinates are stored already raises
+    IntegrityError."""
+    if not rows:
+        return []
+    now = timezone.now()
+    group_rows: dict[str, FailureGroup] = {}
+    arrivals: Counter[tuple[str, datetime]] = Counter()
+    for row in rows:
+        signature = normalize_message(row.error_message)
+        gkey = group_key(
+            team_id=row.team_id,
+            pipeline=row.pipeline_name,
+            dlq_topic=row.dlq_topic,
+            cluster_id=row.cluster_id,
+            error_type=row.error_type,
+            signature=signature,
+        )
+        failure = headers.Failure(
+            convention="unknown",
+            error_type=row.error_type,
+            error_message=row.error_message,
+            failed_at=row.last_failed_at,
+        )
+        group = group_rows.get(gkey) or _group(
+            gkey, row.team_id, row.pipeline_id, row.pipeline_name, row.dlq_topic, failure, now
+        )
+        group_rows[gkey] = group
+        group.count += 1
+        group.first_seen = min(group.first_seen, row.first_failed_at)
+        group.last_seen = max(group.last_seen, row.last_failed_at)
+        arrivals[(gkey, _hour(row.last_failed_at))] += 1
+        row._group_key = gkey  # type: ignore[attr-defined]  # resolved to group_id below
+    saved_groups = _save_groups(group_rows)
+    for row in rows:
+        row.group_id = saved_groups[row._group_key]  # type: ignore[attr-defined]
+    _insert(rows)
+    _save_hourly(saved_groups, arrivals)
+    summary = _arrival_summary(rows)
+    transaction.on_commit(lambda: broadcast.dead_letters_arrived(summary))
+    return [int(row.pk) for row in rows]
+
+
 class Ingester:
     """The long-running loop for one cluster (``cluster``; None: the installation's default): subscribe to its
     DLQ topics, poll batches, ``store_batch``, commit offsets. ``bootstrap_servers`` overrides the cluster

@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, path
 
-from dlq import fix_forward_views, views
+from dlq import fix_forward_views, import_views, views
 
 urlpatterns: list[URLPattern] = [
     path("", views.message_list, name="dlq-list"),
@@ -11,6 +11,7 @@ urlpatterns: list[URLPattern] = [
     path("bulk/", views.bulk, name="dlq-bulk"),
     path("approvals/", views.approval_list, name="dlq-approvals"),
     path("retention/", views.retention, name="dlq-retention"),
+    path("import/", import_views.import_page, name="dlq-import"),
     path("fix-forward/", fix_forward_views.fix_forward_list, name="dlq-fix-forward"),
     path("fix-forward/start/", fix_forward_views.fix_forward_start, name="dlq-fix-forward-start"),
     path("fix-forward/<int:pk>/", fix_forward_views.fix_forward_detail, name="dlq-fix-forward-scan"),

@@ -3,6 +3,7 @@
 from django.urls import URLPattern, URLResolver, path
 from rest_framework.routers import DefaultRouter
 
+from dlq.api.imports import ImportView
 from dlq.api.views import (
     ApprovalViewSet,
     BulkViewSet,
@@ -26,5 +27,6 @@ router.register("topics", DlqTopicViewSet, basename="dlq-topic")
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("retention/", RetentionView.as_view(), name="dlq-retention-api"),
+    path("import/", ImportView.as_view(), name="dlq-import-api"),
     *router.urls,
 ]

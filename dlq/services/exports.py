@@ -5,8 +5,16 @@ In JSON Lines numbers stay numbers, a payload that is JSON is the JSON itself (a
 not a string holding it; ``value_encoding`` says ``json``), and ``headers`` is a list of
 ``{"name", "value", "encoding"}`` objects (``RenderedHeader``); in CSV both are JSON text in their cell. So
 ``json.loads`` of a line gives back the record as the message page shows it (the round trip the tests make).
+
 A registry-format pipeline's payload (Avro, Protobuf, JSON Schema) is exported as its decoded record, masked
 on the decoded fields, as the page shows it; one that does not decode, as its bytes.
+
+Each JSON Lines row also says what it is: ``export_format`` (``EXPORT_FORMAT``, what an import checks to
+know the file is ours) and ``masked`` (whether it was exported under the exporter's masking: masked JSON
+paths, withheld keys or payloads, masked headers; ``dlq.services.imports`` keeps such a row masked). A field
+on every row rather than a first header line: each line stays one record for ``jq``, pandas and
+``json.loads`` alone, and a file cut, filtered or concatenated line by line still says what each line is.
+CSV, read by people and spreadsheets rather than imported, is left as it was.
 
 Rows come newest first (the list's keyset order) through a server-side cursor, ``EXPORT_CHUNK`` at a
 time, so memory stays flat at any size. A selection larger than ``EXPORT_MAX_ROWS`` is refused up front
@@ -40,7 +48,7 @@ from pipelines.formats import PipelineFormats
 EXPORT_MAX_ROWS = 100_000
 #: Rows fetched per round trip of the server-side cursor.
 EXPORT_CHUNK = 1000
-#: The columns, in order (CSV header; the keys of each JSON object). ``key`` and ``value`` are text as the
+#: The columns, in order (CSV header; the keys of each JSON object, after ``JSON_ONLY_COLUMNS``). ``key`` and ``value`` are text as the
 #: caller may see them; ``key_encoding`` / ``value_encoding`` say how (see ``shown_text``). Without the
 #: payload (``include_payload=False``) the ``value`` and ``value_encoding`` columns are left out.
 EXPORT_COLUMNS = (
@@ -49,6 +57,10 @@ EXPORT_COLUMNS = (
     "first_failed_at", "last_failed_at", "attempts", "group_id", "value", "value_encoding", "headers",
 )  # fmt: skip
 PAYLOAD_COLUMNS = ("value", "value_encoding", "headers")
+#: Marks a JSON Lines row as one of ours, in this layout (``dlq.services.imports`` refuses any other).
+EXPORT_FORMAT = "streamforge.dlq.v1"
+#: The JSON Lines rows' extra fields, first in each object: the format marker and whether it was masked.
+JSON_ONLY_COLUMNS = ("export_format", "masked")
 
 
 @dataclass(frozen=True)
@@ -155,7 +167,10 @@ def _rows(actor: User, qs: Any, *, include_payload: bool, fmt: str) -> Iterator[
         masking = maskings[dl.team_id]
         key = bytes(dl.key) if dl.key is not None else None
         key_text, key_encoding = shown_text(key, masking.key(key), masked_json=False)
-        row: dict[str, Any] = {
+        row: dict[str, Any] = (
+            {"export_format": EXPORT_FORMAT, "masked": masking.active} if fmt == "json" else {}
+        )
+        row |= {
             "id": dl.pk,
             "status": dl.status,
             "pipeline": dl.pipeline_name,

@@ -128,7 +128,21 @@ def test_a_json_export_is_one_object_a_line_with_the_same_rows_as_the_csv(people
     assert json.loads(as_csv[1]["value"]) == as_json[1]["value"]
     assert json.loads(as_csv[1]["headers"]) == as_json[1]["headers"]
     assert as_json[1]["source_partition"] == 0
-    assert set(as_json[0]) == set(exports.EXPORT_COLUMNS)
+    assert set(as_json[0]) == {*exports.JSON_ONLY_COLUMNS, *exports.EXPORT_COLUMNS}
+    assert list(as_json[0])[:2] == ["export_format", "masked"]
+
+
+def test_each_json_line_says_it_is_ours_and_whether_it_was_masked_and_the_csv_does_not(
+    people, letters, settings
+):
+    settings.DLQ_MASKED_PATHS = ["/actor/email"]
+
+    as_operator = json_rows(people["operator"], "")
+    as_viewer = json_rows(people["viewer"], "")
+
+    assert {(r["export_format"], r["masked"]) for r in as_operator} == {(exports.EXPORT_FORMAT, False)}
+    assert {(r["export_format"], r["masked"]) for r in as_viewer} == {(exports.EXPORT_FORMAT, True)}
+    assert "export_format" not in csv_rows(people["viewer"], "")[0]
 
 
 def test_the_download_is_named_with_the_time_and_carries_its_type(people, letters):
