@@ -376,6 +376,7 @@ class ApprovalKind(models.TextChoices):
     DELETE = "delete", "Delete a dead letter"
     BULK = "bulk", "Run a large bulk action"
     REDRIVE = "redrive", "Create or widen a redrive policy"
+    OFFSETS = "offsets", "Move a pipeline past source offsets"
 
 
 class ApprovalState(models.TextChoices):
@@ -402,6 +403,9 @@ class ApprovalRequest(models.Model):
     )
     redrive_policy = models.ForeignKey(
         "RedrivePolicy", on_delete=models.CASCADE, null=True, blank=True, related_name="approvals"
+    )
+    offset_skip = models.ForeignKey(
+        "OffsetSkip", on_delete=models.CASCADE, null=True, blank=True, related_name="approvals"
     )
     change = models.JSONField(
         default=dict, blank=True, help_text="redrive: the settings it asks for (field -> value)"
@@ -860,3 +864,77 @@ class RedrivePolicy(models.Model):
 
     def __str__(self) -> str:
         return f"redrive policy {self.name} of pipeline {self.pipeline_id} ({self.state})"
+
+
+class OffsetSkipState(models.TextChoices):
+    """REQUESTED: waits for an approver other than the requester. APPROVED: queued for a worker. APPLYING: a
+    worker stops the pipeline, copies the skipped records to the DLQ and moves the positions (a re-run
+    resumes from ``progress``). DONE: moved (and started again if it was running). REJECTED: never applied.
+    FAILED: stopped with ``error``; the positions were not moved unless ``moved_at`` is set."""
+
+    REQUESTED = "requested", "Requested"
+    APPROVED = "approved", "Approved"
+    APPLYING = "applying", "Applying"
+    DONE = "done", "Done"
+    REJECTED = "rejected", "Rejected"
+    FAILED = "failed", "Failed"
+
+
+#: The states in which an offset skip still holds its pipeline: one such request per pipeline at a time.
+OFFSET_SKIP_OPEN_STATES = (OffsetSkipState.REQUESTED, OffsetSkipState.APPROVED, OffsetSkipState.APPLYING)
+
+
+class OffsetSkip(models.Model):
+    """Move a pipeline past source records without losing them (``dlq.services.offset_skips``): on one
+    partition of a source topic past ``past_offset`` (the next position is ``past_offset + 1``), or on one or
+    every partition to the first offset at or after ``to_time``. Before its Spark checkpoint and consumer
+    group are moved, the records in between are copied to the pipeline's DLQ topic as ``Skipped`` dead
+    letters. ``plan`` is the dry run shown to the approver (per partition: ``topic``, ``partition``,
+    ``current``, ``target``, ``records``, ``direction``); ``result`` what was done (per partition the same
+    keys, plus ``copied``: [from, to) offsets copied). ``progress`` maps ``"topic/partition"`` to the next
+    offset still to copy, so a re-run after a crash does not copy a record twice (at most the chunk in
+    flight). ``team`` is the pipeline's, decided by the server."""
+
+    pipeline = models.ForeignKey(Pipeline, on_delete=models.CASCADE, related_name="offset_skips")
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="+")
+    topic = models.CharField(max_length=249, blank=True, help_text="blank: every source topic")
+    partition = models.IntegerField(null=True, blank=True, help_text="null: every partition")
+    past_offset = models.BigIntegerField(null=True, blank=True, help_text="skip up to and including it")
+    to_time = models.DateTimeField(null=True, blank=True, help_text="move to the first record at or after")
+    reason = models.TextField()
+    state = models.CharField(
+        max_length=16, choices=OffsetSkipState.choices, default=OffsetSkipState.REQUESTED
+    )
+    plan = models.JSONField(default=list, blank=True)
+    result = models.JSONField(default=list, blank=True)
+    progress = models.JSONField(default=dict, blank=True)
+    copied = models.BigIntegerField(default=0, help_text="records copied to the DLQ")
+    was_running = models.BooleanField(default=False, help_text="stopped for the move; started again after")
+    error = models.TextField(blank=True)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    moved_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["pipeline"],
+                condition=models.Q(state__in=["requested", "approved", "applying"]),
+                name="one_open_offset_skip_per_pipeline",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(past_offset__isnull=True) ^ models.Q(to_time__isnull=True),
+                name="offset_skip_offset_or_time",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        where = f"past {self.past_offset}" if self.past_offset is not None else f"to {self.to_time}"
+        return f"offset skip #{self.pk} of {self.pipeline_id} {where} ({self.state})"

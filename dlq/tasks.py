@@ -10,8 +10,12 @@ from typing import Any
 from celery import shared_task
 
 from dlq import counts, services
+from dlq.models import OffsetSkipState
 from dlq.services.bulk import RUN_BULK_TASK
 from dlq.services.fix_forward import RUN_FIX_FORWARD_TASK
+from dlq.services.offset_skips import APPLY_TASK as APPLY_OFFSET_SKIP_TASK
+from dlq.services.offset_skips import WAIT_SECONDS as OFFSET_SKIP_WAIT_SECONDS
+from dlq.services.offset_skips import apply_skip as apply_offset_skip_step
 
 
 @shared_task(name=RUN_BULK_TASK, acks_late=True)
@@ -26,6 +30,16 @@ def run_fix_forward(scan_id: int) -> dict[str, Any]:
     """Run one fix-forward scan: which parked dead letters the pipeline's live revision now passes."""
     scan = services.run_fix_forward_scan(scan_id=scan_id)
     return {"id": scan.pk, "state": scan.state, "checked": scan.checked, "candidates": scan.candidates}
+
+
+@shared_task(name=APPLY_OFFSET_SKIP_TASK, acks_late=True)
+def apply_offset_skip(skip_id: int) -> dict[str, Any]:
+    """One step of an approved offset skip; while its pipeline is still stopping, the next step is queued
+    ``WAIT_SECONDS`` later (a re-delivered step is safe: ``apply_skip`` claims and records progress)."""
+    skip = apply_offset_skip_step(skip_id=skip_id)
+    if skip.state == OffsetSkipState.APPLYING:
+        apply_offset_skip.apply_async(args=(skip_id,), countdown=OFFSET_SKIP_WAIT_SECONDS)
+    return {"id": skip.pk, "state": skip.state, "copied": skip.copied}
 
 
 @shared_task(name="dlq.resume_stale_bulks")

@@ -32,6 +32,14 @@ H_REPLAY_DESTINATIONS: Final = "x-streamforge-replay-destinations"
 #: honours them only when it verifies, since any producer to a source topic can write them.
 H_REPLAY_SIGNATURE: Final = "x-streamforge-replay-signature"
 
+# --- offset skips: on the copies of skipped records the console writes to the DLQ ----------------------------
+#: The offset skip that copied the record (``dlq.models.OffsetSkip`` id): several copies of one source record
+#: (a re-run after a crash) are recognisable as one.
+H_SKIP: Final = "x-streamforge-skip"
+#: The skipped record's own timestamp, ``<epoch ms>`` (the copy itself is stamped by the broker when written,
+#: so the DLQ topic's retention counts from the copy, not from the old record).
+H_SOURCE_RECORD_TIMESTAMP: Final = "x-streamforge-source-timestamp"
+
 # --- lineage on produced records: "topic/partition/offset" of the source record ---------------------------
 # Lets anyone holding only the outputs prove which source offsets arrived (the accounting identity).
 H_LINEAGE: Final = "x-streamforge-source"
@@ -56,6 +64,9 @@ RECORD_TOO_LARGE: Final = "RecordTooLarge"
 RETRY_EXHAUSTED: Final = "RetryExhausted"
 #: A transformed record that does not fit its destination subject's schema (DESIGN.md "Record formats").
 SCHEMA_VALIDATION: Final = "SchemaValidation"
+#: A record an operator moved the pipeline past (``dlq.services.offset_skips``): the console copied it to the DLQ
+#: first, so it is parked, never lost. Written by the console, never by a driver.
+SKIPPED: Final = "Skipped"
 DLQ_ERROR_TYPES: Final = (
     MESSAGE_DESERIALIZATION,
     FILTER_EVALUATION,
@@ -65,6 +76,7 @@ DLQ_ERROR_TYPES: Final = (
     RECORD_TOO_LARGE,
     RETRY_EXHAUSTED,
     SCHEMA_VALIDATION,
+    SKIPPED,
 )
 # These halt the pipeline instead of dead-lettering: never silently drop.
 CONFIG: Final = "Config"

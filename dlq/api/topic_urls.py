@@ -3,7 +3,7 @@
 from django.urls import URLPattern, path
 
 from dlq import converters  # noqa: F401  # registers <partition:> and <offset:>
-from dlq.api import topics
+from dlq.api import offsets, topics
 
 urlpatterns: list[URLPattern] = [
     path("topics/", topics.OwnedTopicsView.as_view(), name="pipeline-topics-api"),
@@ -20,4 +20,5 @@ urlpatterns: list[URLPattern] = [
         name="pipeline-record-outcomes-api",
     ),
     path("test-messages/", topics.TestMessagesView.as_view(), name="pipeline-test-messages-api"),
+    path("offsets/skip/", offsets.OffsetSkipsView.as_view(), name="pipeline-offset-skips-api"),
 ]

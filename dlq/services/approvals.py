@@ -25,6 +25,7 @@ from dlq.models import (
 from dlq.services import bulk as bulk_actions
 from dlq.services import erasure, notify
 from dlq.services.errors import Conflict, InvalidRequest
+from dlq.services.offset_skips import approval_decided as offset_skip_decided
 
 
 def request_delete(*, actor: User, dead_letter: DeadLetter, reason: str) -> ApprovalRequest:
@@ -103,6 +104,9 @@ def _decide(*, actor: User, approval: ApprovalRequest, approve: bool, reason: st
             # The bulk life cycle's approve / reject move; Conflict (naming the action's state) when the
             # action no longer awaits approval, which rolls this decision back.
             bulk_actions.approval_decided(actor=actor, approval=approval, approved=approve)
+        elif approval.kind == ApprovalKind.OFFSETS:
+            # APPROVED and queued on a worker, or REJECTED; Conflict when no longer requested (rolls back).
+            offset_skip_decided(actor=actor, approval=approval, approved=approve)
     return approval
 
 

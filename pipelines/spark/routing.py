@@ -57,8 +57,10 @@ __all__ = ["OUTCOMES", "metric_columns", "route", "routed_records", "with_fates"
 #: Per destination, each source record counts once under exactly one of these (the writer's count keys).
 OUTCOMES: tuple[str, ...] = ("produced", "filtered", "dead_lettered", "replay_skipped")
 #: Error types a plan can decide (``RetryExhausted`` needs produce attempts, ``SchemaValidation`` a registry
-#: schema, which ``low_latency`` pipelines cannot use: neither appears here).
-_PLAN_ERROR_TYPES = tuple(t for t in c.DLQ_ERROR_TYPES if t not in (c.RETRY_EXHAUSTED, c.SCHEMA_VALIDATION))
+#: schema, which ``low_latency`` pipelines cannot use, and ``Skipped`` is the console's: none appears here).
+_PLAN_ERROR_TYPES = tuple(
+    t for t in c.DLQ_ERROR_TYPES if t not in (c.RETRY_EXHAUSTED, c.SCHEMA_VALIDATION, c.SKIPPED)
+)
 _DLQ_OF_ALL = "__dlq_all"
 
 
