@@ -11,11 +11,13 @@ from celery import shared_task
 
 from dlq import counts, services
 from dlq.models import OffsetSkipState
+from dlq.services import redrive
 from dlq.services.bulk import RUN_BULK_TASK
 from dlq.services.fix_forward import RUN_FIX_FORWARD_TASK
 from dlq.services.offset_skips import APPLY_TASK as APPLY_OFFSET_SKIP_TASK
 from dlq.services.offset_skips import WAIT_SECONDS as OFFSET_SKIP_WAIT_SECONDS
 from dlq.services.offset_skips import apply_skip as apply_offset_skip_step
+from dlq.services.redrive import TICK_TASK
 
 
 @shared_task(name=RUN_BULK_TASK, acks_late=True)
@@ -74,3 +76,10 @@ def release_resolved_claims() -> int:
 def compact_counts() -> int:
     """Fold the status-count deltas the triggers wrote into one row per key (every minute)."""
     return counts.compact()
+
+
+@shared_task(name=TICK_TASK)
+def redrive_tick() -> dict[str, list[int]]:
+    """Start the redrive policies' due runs and pause those whose replays fail again too often."""
+    done = redrive.tick()
+    return {"started": list(done.started), "paused": list(done.paused)}

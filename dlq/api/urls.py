@@ -4,6 +4,7 @@ from django.urls import URLPattern, URLResolver, path
 from rest_framework.routers import DefaultRouter
 
 from dlq.api.imports import ImportView
+from dlq.api.redrive import RedrivePolicyViewSet
 from dlq.api.views import (
     ApprovalViewSet,
     BulkViewSet,
@@ -22,6 +23,7 @@ router.register("approvals", ApprovalViewSet, basename="dlq-approval")
 router.register("groups", FailureGroupViewSet, basename="dlq-group")
 router.register("bulk", BulkViewSet, basename="dlq-bulk")
 router.register("fix-forward", FixForwardViewSet, basename="dlq-fix-forward")
+router.register("redrive-policies", RedrivePolicyViewSet, basename="dlq-redrive-policy")
 router.register("runbooks", RunbookViewSet, basename="dlq-runbook")
 router.register("topics", DlqTopicViewSet, basename="dlq-topic")
 

@@ -23,7 +23,7 @@ from dlq.models import (
     Status,
 )
 from dlq.services import bulk as bulk_actions
-from dlq.services import erasure, notify
+from dlq.services import erasure, notify, redrive
 from dlq.services.errors import Conflict, InvalidRequest
 from dlq.services.offset_skips import approval_decided as offset_skip_decided
 
@@ -88,7 +88,8 @@ def _decide(*, actor: User, approval: ApprovalRequest, approve: bool, reason: st
             target_type="approval",
             target_id=approval.pk,
             reason=reason,
-            details={"kind": approval.kind, "dead_letter": approval.dead_letter_id, "bulk": approval.bulk_id},
+            details={"kind": approval.kind, "dead_letter": approval.dead_letter_id, "bulk": approval.bulk_id}
+            | ({"redrive_policy": approval.redrive_policy_id} if approval.redrive_policy_id else {}),
         )
         if approval.kind == ApprovalKind.DELETE and approval.dead_letter is not None and approve:
             _erase(actor=actor, dead_letter=approval.dead_letter, approval=approval)
@@ -104,6 +105,9 @@ def _decide(*, actor: User, approval: ApprovalRequest, approve: bool, reason: st
             # The bulk life cycle's approve / reject move; Conflict (naming the action's state) when the
             # action no longer awaits approval, which rolls this decision back.
             bulk_actions.approval_decided(actor=actor, approval=approval, approved=approve)
+        elif approval.kind == ApprovalKind.REDRIVE:
+            # A redrive policy's creation or widening; Conflict when the policy was deleted meanwhile.
+            redrive.approval_decided(actor=actor, approval=approval, approved=approve)
         elif approval.kind == ApprovalKind.OFFSETS:
             # APPROVED and queued on a worker, or REJECTED; Conflict when no longer requested (rolls back).
             offset_skip_decided(actor=actor, approval=approval, approved=approve)
