@@ -4,6 +4,7 @@ audited (``notification_channel.*``), never with a secret in it."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -19,12 +20,21 @@ from access.models import Role, Team
 from access.people import manages
 from access.permissions import AnyUser, require_role, visible_teams
 from dlq.services.errors import InvalidRequest
-from notifications import delivery, sealing
+from notifications import delivery, formats, sealing
 from notifications.models import Channel, ChannelKind, DeliveryAttempt, EventType, Notification
 from notifications.targets import target_problem
 
 #: Event types a channel may subscribe to (``test`` is sent on request only).
 SUBSCRIBABLE = [value for value in EventType.values if value != EventType.TEST]
+#: The kinds whose webhook URL is itself the credential (stored sealed, shown masked), with its field.
+SECRET_URL_FIELDS: dict[str, str] = {
+    ChannelKind.SLACK: "slack_url",
+    ChannelKind.TEAMS: "teams_url",
+    ChannelKind.DISCORD: "discord_url",
+}
+#: A PagerDuty Events API v2 routing key: the 32-character integration key of a service's "Events API V2"
+#: integration (or of an event orchestration), letters and digits.
+_ROUTING_KEY = re.compile(r"[A-Za-z0-9]{32}")
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,41 @@ def _http_url(field: str, value: str) -> str:
     return value
 
 
+def _routing_key(value: str) -> str:
+    value = value.strip()
+    if not _ROUTING_KEY.fullmatch(value):
+        raise InvalidRequest(
+            "routing_key",
+            "the 32-character integration key (letters and digits) of an Events API v2 integration",
+        )
+    return value
+
+
+def _pagerduty_url(value: str) -> str:
+    """PagerDuty's events endpoint when blank (not resolved now: it is checked like any other at each
+    delivery), else an http(s) URL the target checks allow (a test receiver, a regional endpoint)."""
+    return _http_url("url", value) if value.strip() else formats.PAGERDUTY_EVENTS_URL
+
+
+def _console_url(value: str) -> str:
+    """This StreamForge's address for links in messages: blank, or an http(s) URL. The server never
+    connects to it, so it is not a target to check."""
+    value = value.strip()
+    if not value:
+        return ""
+    try:
+        URLValidator(schemes=["http", "https"])(value)
+    except ValidationError as exc:
+        raise InvalidRequest("console_url", "an http:// or https:// URL, or nothing") from exc
+    if len(value) > 500:
+        raise InvalidRequest("console_url", "at most 500 characters")
+    return value
+
+
+def _seal_into(channel: Channel, secret: str) -> None:
+    channel.secret_encrypted, channel.secret_hint = sealing.seal(secret), sealing.mask(secret)
+
+
 def _recipients(value: Any) -> list[str]:
     if not isinstance(value, list) or not value or len(value) > 50:
         raise InvalidRequest("recipients", "a list of 1 to 50 e-mail addresses")
@@ -98,6 +143,7 @@ def describe(channel: Channel) -> dict[str, Any]:
         "kind": channel.kind,
         "url": channel.url,
         "secret": channel.secret_hint,
+        "console_url": channel.console_url,
         "recipients": channel.recipients,
         "events": channel.events,
         "enabled": channel.enabled,
@@ -113,24 +159,44 @@ def create_channel(
     events: list[str],
     url: str = "",
     slack_url: str = "",
+    teams_url: str = "",
+    discord_url: str = "",
+    routing_key: str = "",
+    console_url: str = "",
     recipients: list[str] | None = None,
     enabled: bool = True,
 ) -> Created:
     """Add a channel to ``team``. A webhook needs ``url`` and gets a new signing secret (returned once);
-    Slack needs ``slack_url`` (stored encrypted, shown masked); e-mail needs ``recipients``. Raises
-    InvalidRequest naming the field, PermissionDenied."""
+    Slack, Teams and Discord need their webhook URL (``slack_url``, ``teams_url``, ``discord_url``: stored
+    encrypted, shown masked); PagerDuty needs ``routing_key`` (stored encrypted, shown masked) and takes
+    ``url`` for another events endpoint than ``formats.PAGERDUTY_EVENTS_URL``; e-mail needs ``recipients``.
+    ``console_url`` (optional) is this StreamForge's address for the links PagerDuty, Teams and Discord
+    messages carry. Fields of other kinds are ignored. Raises InvalidRequest naming the field,
+    PermissionDenied."""
     _require_manager(actor, team)
     if kind not in ChannelKind.values:
         raise InvalidRequest("kind", f"one of {', '.join(ChannelKind.values)}")
-    channel = Channel(team=team, name=_name(name), kind=kind, events=_events(events), enabled=enabled)
+    channel = Channel(
+        team=team,
+        name=_name(name),
+        kind=kind,
+        events=_events(events),
+        enabled=enabled,
+        console_url=_console_url(console_url),
+    )
     secret = None
+    secret_urls = {"slack_url": slack_url, "teams_url": teams_url, "discord_url": discord_url}
     if kind == ChannelKind.WEBHOOK:
         channel.url = _http_url("url", url)
         secret = sealing.new_signing_secret()
-        channel.secret_encrypted, channel.secret_hint = sealing.seal(secret), sealing.mask(secret)
-    elif kind == ChannelKind.SLACK:
-        hook = _http_url("slack_url", slack_url)
-        channel.secret_encrypted, channel.secret_hint = sealing.seal(hook), sealing.mask(hook)
+        _seal_into(channel, secret)
+    elif kind in SECRET_URL_FIELDS:
+        field = SECRET_URL_FIELDS[kind]
+        _seal_into(channel, _http_url(field, secret_urls[field]))
+    elif kind == ChannelKind.PAGERDUTY:
+        key = _routing_key(routing_key)
+        channel.url = _pagerduty_url(url)
+        _seal_into(channel, key)
     else:
         channel.recipients = _recipients(recipients)
     channel.created_by = actor
@@ -158,21 +224,35 @@ def update_channel(
     enabled: bool | None = None,
     url: str | None = None,
     slack_url: str | None = None,
+    teams_url: str | None = None,
+    discord_url: str | None = None,
+    routing_key: str | None = None,
+    console_url: str | None = None,
     recipients: list[str] | None = None,
 ) -> Channel:
-    """Change a channel's subscriptions, on/off switch, address or recipients (None: unchanged). A new
-    ``slack_url`` replaces the encrypted one. Raises InvalidRequest, PermissionDenied."""
+    """Change a channel's subscriptions, on/off switch, address, links or recipients (None: unchanged;
+    ``console_url=""`` removes the links). A new ``slack_url``, ``teams_url``, ``discord_url`` or
+    ``routing_key`` of the channel's kind replaces the encrypted one (blank: unchanged); a PagerDuty
+    channel's blank ``url`` is PagerDuty's endpoint again. Raises InvalidRequest, PermissionDenied."""
     _require_manager(actor, channel.team)
     before = describe(channel)
     if events is not None:
         channel.events = _events(events)
     if enabled is not None:
         channel.enabled = enabled
+    if console_url is not None:
+        channel.console_url = _console_url(console_url)
     if url is not None and channel.kind == ChannelKind.WEBHOOK:
         channel.url = _http_url("url", url)
-    if slack_url and channel.kind == ChannelKind.SLACK:
-        hook = _http_url("slack_url", slack_url)
-        channel.secret_encrypted, channel.secret_hint = sealing.seal(hook), sealing.mask(hook)
+    if url is not None and channel.kind == ChannelKind.PAGERDUTY:
+        channel.url = _pagerduty_url(url)
+    new_url = {"slack_url": slack_url, "teams_url": teams_url, "discord_url": discord_url}.get(
+        SECRET_URL_FIELDS.get(channel.kind, "")
+    )
+    if new_url:
+        _seal_into(channel, _http_url(SECRET_URL_FIELDS[channel.kind], new_url))
+    if routing_key and channel.kind == ChannelKind.PAGERDUTY:
+        _seal_into(channel, _routing_key(routing_key))
     if recipients is not None and channel.kind == ChannelKind.EMAIL:
         channel.recipients = _recipients(recipients)
     with transaction.atomic():

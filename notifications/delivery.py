@@ -1,5 +1,12 @@
-"""Sending one notification: a signed webhook POST, a Slack incoming-webhook POST or an e-mail, each try
-stored as a ``DeliveryAttempt`` row (saleor's webhook deliveries), with exponential backoff between tries.
+"""Sending one notification: a signed webhook POST, a Slack incoming-webhook POST, a PagerDuty Events API
+v2 event, a Microsoft Teams or Discord webhook POST (their bodies: ``formats``) or an e-mail, each try stored
+as a ``DeliveryAttempt`` row (saleor's webhook deliveries), with exponential backoff between tries.
+
+PagerDuty, Teams and Discord answers are read as their APIs define them: any 2xx is delivered (PagerDuty
+202, Discord 204, Teams 200 or 202); 429, 408 and 5xx are retried with the backoff, no sooner than the
+answer's ``Retry-After`` header or Discord's ``retry_after`` (seconds) asks; any other 4xx (400: PagerDuty's
+"invalid event", a card Teams refuses; 401/404: a removed Discord webhook) fails at once, since the same
+message would be refused again.
 
 Webhook signature (for receivers to check): ``X-StreamForge-Timestamp: <unix seconds>`` and
 ``X-StreamForge-Signature: sha256=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>``; a receiver rejects a
@@ -15,6 +22,7 @@ import random
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import urllib3
 from django.conf import settings
@@ -22,7 +30,7 @@ from django.core.mail import EmailMessage
 from django.db import transaction
 from django.utils import timezone
 
-from notifications import sealing, targets
+from notifications import formats, sealing, targets
 from notifications.models import Channel, ChannelKind, DeliveryAttempt, Notification, NotificationState
 
 SIGNATURE_HEADER = "X-StreamForge-Signature"
@@ -59,12 +67,15 @@ def backoff_seconds(attempt: int, *, jitter: bool = True) -> float:
 @dataclass(frozen=True)
 class Outcome:
     """One attempt's result: ``ok``; the HTTP status (None for e-mail or no answer); the error and the
-    start of the answer."""
+    start of the answer; ``permanent`` when trying again cannot help (the receiver refused the message
+    itself); ``retry_after``: the receiver's own wait in seconds before the next try, when it said one."""
 
     ok: bool
     status_code: int | None = None
     error: str = ""
     response: str = ""
+    permanent: bool = False
+    retry_after: float | None = None
 
 
 @dataclass(frozen=True)
@@ -96,13 +107,45 @@ def webhook_body(notification: Notification) -> bytes:
     ).encode()
 
 
-def _post(url: str, body: bytes, headers: dict[str, str], *, secret: str = "") -> Outcome:
+#: Answers a PagerDuty, Teams or Discord delivery tries again after (the rest of 4xx is permanent).
+RETRIED_STATUSES = frozenset({408, 429})
+
+
+def retry_after_seconds(answer: targets.Answer) -> float | None:
+    """The wait a 429 or 503 answer asks for, in seconds: its ``Retry-After`` header (seconds; an HTTP
+    date is not read) or a JSON body's ``retry_after`` (Discord's rate-limit answer, seconds as a float).
+    None when it says nothing readable."""
+    if answer.status not in (429, 503):
+        return None
+    candidates: list[Any] = [answer.retry_after]
+    try:
+        parsed = json.loads(answer.body)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        candidates.insert(0, parsed.get("retry_after"))
+    for candidate in candidates:
+        try:
+            seconds = float(candidate)
+        except (TypeError, ValueError):
+            continue
+        if 0 <= seconds < float("inf"):
+            return seconds
+    return None
+
+
+def _post(
+    url: str, body: bytes, headers: dict[str, str], *, secret: str = "", api_statuses: bool = False
+) -> Outcome:
     """POST through ``targets.post``: the host resolved once, checked, and connected to at the checked
     address (checked on save too; a name may resolve elsewhere by now). A 2xx answer is a success, anything
-    else (a redirect included: never followed) a failure with the start of the answer."""
+    else (a redirect included: never followed) a failure with the start of the answer. With
+    ``api_statuses`` (PagerDuty, Teams, Discord) a 4xx other than 408 and 429 is a permanent failure, and a
+    429 or 503 carries the receiver's ``retry_after``. ``secret`` (a webhook URL, a routing key) is masked
+    wherever the error or the answer would quote it."""
 
     def masked(text: str) -> str:
-        # An error may quote the address; a Slack URL is a secret, so it is never written down in clear.
+        # An error may quote the address, an answer the key: secrets are never written down in clear.
         return text.replace(secret, sealing.mask(secret)) if secret else text
 
     try:
@@ -115,12 +158,28 @@ def _post(url: str, body: bytes, headers: dict[str, str], *, secret: str = "") -
         # urllib3 wraps the socket's error (ConnectionRefusedError, a timeout): that one says what happened.
         cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
         return Outcome(ok=False, error=masked(f"{type(cause).__name__}: {cause}")[:1000])
-    text = answer.body.decode(errors="replace")
+    text = masked(answer.body.decode(errors="replace"))
     if 200 <= answer.status < 300:
         return Outcome(ok=True, status_code=answer.status, response=text)
+    error = f"HTTP {answer.status} {answer.reason}"
+    if not api_statuses:
+        return Outcome(ok=False, status_code=answer.status, error=error, response=text)
+    permanent = 400 <= answer.status < 500 and answer.status not in RETRIED_STATUSES
     return Outcome(
-        ok=False, status_code=answer.status, error=f"HTTP {answer.status} {answer.reason}", response=text
+        ok=False,
+        status_code=answer.status,
+        error=f"{error} (refused: not retried)" if permanent else error,
+        response=text,
+        permanent=permanent,
+        retry_after=retry_after_seconds(answer),
     )
+
+
+def _post_json(url: str, message: dict[str, Any], *, secret: str) -> Outcome:
+    """POST ``message`` as JSON to a PagerDuty, Teams or Discord endpoint (``_post`` with their statuses)."""
+    body = json.dumps(message).encode()
+    headers = {"Content-Type": "application/json", "User-Agent": "StreamForge-Notifications/1"}
+    return _post(url, body, headers, secret=secret, api_statuses=True)
 
 
 def send(notification: Notification) -> Outcome:
@@ -146,6 +205,16 @@ def send(notification: Notification) -> Outcome:
             text = f"*{slack_escape(notification.title)}*\n{slack_escape(notification.text)}"
             body = json.dumps({"text": text}).encode()
             return _post(url, body, {"Content-Type": "application/json"}, secret=url)
+        if channel.kind == ChannelKind.PAGERDUTY:
+            key = sealing.unseal(channel.secret_encrypted)
+            event = formats.pagerduty_event(notification, routing_key=key)
+            return _post_json(channel.url or formats.PAGERDUTY_EVENTS_URL, event, secret=key)
+        if channel.kind == ChannelKind.TEAMS:
+            url = sealing.unseal(channel.secret_encrypted)
+            return _post_json(url, formats.teams_message(notification), secret=url)
+        if channel.kind == ChannelKind.DISCORD:
+            url = sealing.unseal(channel.secret_encrypted)
+            return _post_json(url, formats.discord_message(notification), secret=url)
         return _send_email(channel, notification)
     except sealing.SecretUnreadable as exc:
         return Outcome(ok=False, error=str(exc))
@@ -168,8 +237,9 @@ def _send_email(channel: Channel, notification: Notification) -> Outcome:
 def attempt(notification_id: int, *, final: bool = False) -> AttemptResult:
     """Try to deliver the notification once, unless it is already SENT, FAILED or FOLDED (a redelivered
     task, a second worker). Stores the attempt; on failure the notification is RETRYING with
-    ``next_attempt_at`` (and ``retry_in`` says when), or FAILED after ``NOTIFY_MAX_ATTEMPTS`` tries or when
-    ``final``.
+    ``next_attempt_at`` (and ``retry_in`` says when: the backoff, or the receiver's ``retry_after`` when
+    that is longer, at most ``BACKOFF_CAP``), or FAILED after ``NOTIFY_MAX_ATTEMPTS`` tries, when ``final``,
+    or when the failure is permanent (a receiver that refused the message itself).
 
     The notification row stays locked for the try (``select_for_update``), so two workers holding the same
     task never send it twice; the lock is one row of one channel, held at most the send timeout.
@@ -203,10 +273,10 @@ def attempt(notification_id: int, *, final: bool = False) -> AttemptResult:
         notification.attempts = number
         if outcome.ok:
             notification.state, notification.next_attempt_at = NotificationState.SENT, None
-        elif final or number >= settings.NOTIFY_MAX_ATTEMPTS:
+        elif final or outcome.permanent or number >= settings.NOTIFY_MAX_ATTEMPTS:
             notification.state, notification.next_attempt_at = NotificationState.FAILED, None
         else:
-            retry_in = backoff_seconds(number)
+            retry_in = min(max(backoff_seconds(number), outcome.retry_after or 0.0), BACKOFF_CAP)
             notification.state = NotificationState.RETRYING
             notification.next_attempt_at = timezone.now() + timedelta(seconds=retry_in)
         notification.save(update_fields=["attempts", "state", "next_attempt_at"])

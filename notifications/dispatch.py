@@ -8,6 +8,11 @@ window row is locked (``select_for_update``) while it is read and changed, so an
 ingesters fold into one window and send one digest. The unique (channel, event key) of ``Notification``
 makes a repeated event a no-op.
 
+One exception: a channel that keeps incidents (PagerDuty) gets every event of an incident pair
+(``incidents.PAIRED``: an alert firing and its resolution) on its own, never folded, and without touching
+the window: a resolution folded into a digest could not close its incident, which would then stay open for
+good. Alerts are few (three rules per pipeline, evaluated by the beat), so this cannot become a storm.
+
 Deliveries are queued by task name after commit (``enqueue_delivery``), so this module and the tasks never
 import each other; tests replace ``enqueue_delivery`` and ``enqueue_flush`` to run them in process.
 """
@@ -24,7 +29,15 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from notifications.models import Channel, DigestWindow, EventType, Notification, NotificationState
+from notifications import incidents
+from notifications.models import (
+    Channel,
+    ChannelKind,
+    DigestWindow,
+    EventType,
+    Notification,
+    NotificationState,
+)
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +93,15 @@ def publish(event: Event, *, now: datetime | None = None) -> list[Notification]:
     return created
 
 
+def never_folded(channel: Channel, event_type: str) -> bool:
+    """Whether ``event_type`` is always sent on its own to ``channel``: an incident pair's event for a
+    PagerDuty channel (see the module's docstring)."""
+    return channel.kind == ChannelKind.PAGERDUTY and event_type in incidents.PAIRED
+
+
 def _publish_to(channel: Channel, event: Event, *, now: datetime) -> Notification | None:
+    if never_folded(channel, event.type):
+        return _publish_alone(channel, event)
     with transaction.atomic():
         window = _locked_window(channel, event.type)
         folding = now < window.closes_at
@@ -112,6 +133,25 @@ def _publish_to(channel: Channel, event: Event, *, now: datetime) -> Notificatio
         enqueue_delivery(notification.pk)
         enqueue_flush(channel.pk, event.type, digest.total_seconds() + 1)
         return notification
+
+
+def _publish_alone(channel: Channel, event: Event) -> Notification | None:
+    """A PENDING notification of ``event`` for ``channel``, its delivery queued; None for a duplicate."""
+    try:
+        with transaction.atomic():
+            notification = Notification.objects.create(
+                channel=channel,
+                event_type=event.type,
+                event_key=event.key[:255],
+                title=event.title[:500],
+                text=event.text,
+                data=event.data,
+            )
+            enqueue_delivery(notification.pk)
+    except IntegrityError:
+        log.info("event %s already notified to channel %s", event.key, channel.pk)
+        return None
+    return notification
 
 
 def _locked_window(channel: Channel, event_type: str) -> DigestWindow:

@@ -1,6 +1,7 @@
 """Per-team notification channels, the notifications queued for them and every delivery attempt.
 
-A ``Channel`` is where a team hears about events (a signed webhook, a Slack incoming webhook, e-mail); a
+A ``Channel`` is where a team hears about events (a signed webhook, a Slack incoming webhook, e-mail,
+PagerDuty's Events API v2, a Microsoft Teams or a Discord webhook); a
 ``Notification`` is one message for one channel (one event, or a digest of many), unique per channel and
 event key so an event is never sent twice to a channel; a ``DeliveryAttempt`` is one try at sending it,
 kept as a row so retries and failures are data people can read. ``DigestWindow`` folds a storm of events of
@@ -21,6 +22,9 @@ class ChannelKind(models.TextChoices):
     WEBHOOK = "webhook", "Webhook (signed JSON)"
     SLACK = "slack", "Slack incoming webhook"
     EMAIL = "email", "E-mail"
+    PAGERDUTY = "pagerduty", "PagerDuty (Events API v2)"
+    TEAMS = "teams", "Microsoft Teams webhook"
+    DISCORD = "discord", "Discord webhook"
 
 
 class EventType(models.TextChoices):
@@ -40,10 +44,12 @@ class EventType(models.TextChoices):
 class Channel(models.Model):
     """One team's destination for notifications.
 
-    ``url`` is the generic webhook's address (not a secret); ``secret_encrypted`` holds, encrypted with
-    ``STREAMFORGE_NOTIFY_KEY`` (``notifications.secrets``), the webhook's signing secret or the Slack
-    webhook URL (which is itself a credential). ``recipients`` are e-mail addresses; ``events`` the
-    subscribed ``EventType`` values.
+    ``url`` is the generic webhook's address, or PagerDuty's events endpoint (not secrets);
+    ``secret_encrypted`` holds, encrypted with ``STREAMFORGE_NOTIFY_KEY`` (``notifications.sealing``), the
+    webhook's signing secret, the PagerDuty routing (integration) key, or the Slack, Teams or Discord
+    webhook URL (each itself a credential). ``console_url`` is this StreamForge's address as people open it
+    (``https://streamforge.example.com``), for the links PagerDuty, Teams and Discord messages carry (none
+    when blank). ``recipients`` are e-mail addresses; ``events`` the subscribed ``EventType`` values.
     """
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="notification_channels")
@@ -54,6 +60,9 @@ class Channel(models.Model):
     secret_hint = models.CharField(max_length=64, blank=True, help_text="a masked form of the secret to show")
     recipients = models.JSONField(default=list, blank=True)
     events = models.JSONField(default=list, blank=True)
+    console_url = models.URLField(
+        max_length=500, blank=True, help_text="this StreamForge's address, for links in messages"
+    )
     enabled = models.BooleanField(default=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"

@@ -176,11 +176,13 @@ def target_problem(url: str) -> str | None:
 
 @dataclass(frozen=True)
 class Answer:
-    """A receiver's answer: ``status`` (HTTP), ``reason`` phrase and the first ``limit`` bytes of its body."""
+    """A receiver's answer: ``status`` (HTTP), ``reason`` phrase, the first ``limit`` bytes of its body, and
+    its ``retry_after`` header (the raw text, "" when absent: a 429 or 503 may say when to come back)."""
 
     status: int
     reason: str
     body: bytes
+    retry_after: str = ""
 
 
 def post(url: str, body: bytes, headers: dict[str, str], *, timeout: float, limit: int) -> Answer:
@@ -233,6 +235,11 @@ def _post_to(
             preload_content=False,
         )
         try:
-            return Answer(status=response.status, reason=response.reason or "", body=response.read(limit))
+            return Answer(
+                status=response.status,
+                reason=response.reason or "",
+                body=response.read(limit),
+                retry_after=response.headers.get("Retry-After", ""),
+            )
         finally:
             response.release_conn()

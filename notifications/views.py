@@ -1,5 +1,5 @@
-"""Server-rendered notifications pages: a team's channels (create, change subscriptions, delete with a
-typed confirmation, send a test) and its delivery attempts, paginated. Thin over ``notifications.channels``;
+"""Server-rendered notifications pages: a team's channels of every kind (create, change subscriptions,
+delete with a typed confirmation, send a test) and its delivery attempts, paginated. Thin over ``notifications.channels``;
 a webhook's signing secret is shown once, right after creation, from the session."""
 
 from __future__ import annotations
@@ -88,21 +88,34 @@ def create(request: HttpRequest, team: str) -> HttpResponse:
             name=post.get("name", "").strip(),
             kind=post.get("kind", ""),
             events=post.getlist("events"),
-            url=post.get("url", ""),
+            url=post.get("url", "") if post.get("kind") != "pagerduty" else post.get("pagerduty_url", ""),
             slack_url=post.get("slack_url", ""),
+            teams_url=post.get("teams_url", ""),
+            discord_url=post.get("discord_url", ""),
+            routing_key=post.get("routing_key", ""),
+            console_url=post.get("console_url", ""),
             recipients=[a.strip() for a in post.get("recipients", "").split(",") if a.strip()],
         )
     except InvalidRequest as exc:
         # The page again, the form open and filled in as typed, the refused field marked (a 400, not a
-        # redirect that would empty the form). The Slack URL is a secret: never sent back, typed again.
+        # redirect that would empty the form). Webhook URLs of Slack, Teams and Discord and PagerDuty's
+        # routing key are secrets: never sent back, typed again.
+        field = "pagerduty_url" if exc.field == "url" and post.get("kind") == "pagerduty" else exc.field
         draft = {
             "name": post.get("name", ""),
             "kind": post.get("kind", ""),
             "url": post.get("url", ""),
+            "pagerduty_url": post.get("pagerduty_url", ""),
+            "console_url": post.get("console_url", ""),
             "recipients": post.get("recipients", ""),
             "events": post.getlist("events"),
             "slack_typed": bool(post.get("slack_url", "")),
-            "field": exc.field,
+            "retyped": [
+                name
+                for name in ("slack_url", "teams_url", "discord_url", "routing_key")
+                if post.get(name, "")
+            ],
+            "field": field,
             "error": exc.message,
         }
         return render(request, "notifications/team.html", _page(request, the_team, draft), status=400)
@@ -115,7 +128,7 @@ def create(request: HttpRequest, team: str) -> HttpResponse:
 @login_required
 @require_POST
 def edit(request: HttpRequest, pk: int) -> HttpResponse:
-    """Change a channel's subscriptions and on/off switch."""
+    """Change a channel's subscriptions and on/off switch (and, when the form has it, its console link)."""
     channel = _channel(request, pk)
     try:
         channels.update_channel(
@@ -123,6 +136,7 @@ def edit(request: HttpRequest, pk: int) -> HttpResponse:
             channel=channel,
             events=request.POST.getlist("events"),
             enabled=request.POST.get("enabled") == "on",
+            console_url=request.POST.get("console_url"),
         )
         messages.success(request, f"Channel {channel.name} saved.")
     except InvalidRequest as exc:

@@ -10,7 +10,8 @@ from notifications.models import Channel, ChannelKind, DeliveryAttempt
 
 
 class ChannelSerializer(serializers.ModelSerializer[Channel]):
-    """A channel; ``secret_hint`` is the masked signing secret or Slack URL, never the secret."""
+    """A channel; ``secret_hint`` is the masked signing secret, routing key or Slack, Teams or Discord URL,
+    never the secret; ``url`` is a webhook's address or PagerDuty's events endpoint."""
 
     team = serializers.CharField(source="team.name", read_only=True)
 
@@ -23,6 +24,7 @@ class ChannelSerializer(serializers.ModelSerializer[Channel]):
             "kind",
             "url",
             "secret_hint",
+            "console_url",
             "recipients",
             "events",
             "enabled",
@@ -43,7 +45,9 @@ class CreatedChannelSerializer(ChannelSerializer):
 
 
 class ChannelCreateSerializer(serializers.Serializer[None]):
-    """Input of a new channel: ``url`` for a webhook, ``slack_url`` for Slack, ``recipients`` for e-mail."""
+    """Input of a new channel: ``url`` for a webhook; ``slack_url``, ``teams_url`` or ``discord_url`` for
+    Slack, Teams or Discord; ``routing_key`` (and optionally ``url``, the events endpoint) for PagerDuty;
+    ``recipients`` for e-mail; ``console_url`` for links in PagerDuty, Teams and Discord messages."""
 
     team = serializers.CharField(max_length=63)
     name = serializers.CharField(max_length=63)
@@ -51,6 +55,10 @@ class ChannelCreateSerializer(serializers.Serializer[None]):
     events = serializers.ListField(child=serializers.ChoiceField(choices=SUBSCRIBABLE), max_length=20)
     url = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
     slack_url = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
+    teams_url = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
+    discord_url = serializers.CharField(max_length=2000, required=False, default="", allow_blank=True)
+    routing_key = serializers.CharField(max_length=64, required=False, default="", allow_blank=True)
+    console_url = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
     recipients = serializers.ListField(
         child=serializers.CharField(max_length=254), required=False, default=list, max_length=50
     )
@@ -64,8 +72,12 @@ class ChannelUpdateSerializer(serializers.Serializer[None]):
         child=serializers.ChoiceField(choices=SUBSCRIBABLE), required=False, max_length=20
     )
     enabled = serializers.BooleanField(required=False)
-    url = serializers.CharField(max_length=2000, required=False)
+    url = serializers.CharField(max_length=2000, required=False, allow_blank=True)
     slack_url = serializers.CharField(max_length=2000, required=False)
+    teams_url = serializers.CharField(max_length=2000, required=False)
+    discord_url = serializers.CharField(max_length=2000, required=False)
+    routing_key = serializers.CharField(max_length=64, required=False)
+    console_url = serializers.CharField(max_length=500, required=False, allow_blank=True)
     recipients = serializers.ListField(
         child=serializers.CharField(max_length=254), required=False, max_length=50
     )

@@ -102,3 +102,40 @@ def test_a_team_admin_adds_a_webhook_sees_its_secret_once_and_sends_a_signed_tes
     # The refused form's POST answered 400 (and Chromium logs that): deliberate, nothing else went wrong.
     refused = f"{asgi_server.url}/notifications/{team.name}/channels"
     assert [p for p in watcher.problems() if refused not in p] == []
+
+
+def test_a_team_admin_adds_a_discord_channel_whose_url_stays_masked_and_sends_a_test(
+    open_page,
+    browser_env,
+    asgi_server,
+    receiver,  # noqa: F811
+):
+    """Issue #32, item 6 in the browser: the Discord kind's own field, its URL (a credential) masked on the
+    page, a test delivered as an embed that mentions nobody."""
+    team = TeamFactory(name="notify-discord")
+    admin = MembershipFactory(
+        team=team, role=Role.OPERATOR, manages_team=True, user=UserFactory(username="notify-discord-admin")
+    ).user
+    hook = f"{receiver.url}/api/webhooks/77/DISCORDTOKENBROWSER0"
+
+    page = open_page(admin)
+    watcher = Watcher(page, asgi_server.url)
+    page.goto(f"/notifications/{team.name}/")
+    page.get_by_test_id("channel-new").locator("summary").click()
+    page.get_by_label("Name", exact=True).fill("ops-discord")
+    page.get_by_label("Kind", exact=True).select_option("discord")
+    page.get_by_label("Discord webhook URL (kept encrypted)").fill(hook)
+    page.get_by_test_id("channel-create").click()
+
+    row = page.locator('tr[data-channel="ops-discord"]')
+    expect(row).to_contain_text("Discord webhook")
+    expect(row).to_contain_text("/…SER0")  # scheme, host and the URL's last four characters
+    assert "DISCORDTOKENBROWSER0" not in page.content()
+    page.get_by_test_id("send-test-ops-discord").click()
+    expect(page.get_by_test_id("delivery-row").get_by_test_id("delivery-status")).to_have_text("ok 200")
+
+    [body] = receiver.bodies()
+    assert body["allowed_mentions"] == {"parse": []}
+    assert body["embeds"][0]["title"] == "Test message for ops-discord"
+    assert Channel.objects.get(team=team, name="ops-discord").kind == "discord"
+    assert watcher.problems() == []
