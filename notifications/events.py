@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from dlq import signals as dlq_signals
-from dlq.models import ApprovalKind, ApprovalRequest, BulkAction, FailureGroup, FixForwardScan
+from dlq.models import ApprovalKind, ApprovalRequest, BulkAction, FailureGroup, FixForwardScan, RedrivePolicy
 from dlq.services.claims import claims_for
 from notifications import dispatch
 from notifications.dispatch import Event
@@ -76,11 +76,12 @@ def pipeline_event(pipeline: Pipeline, *, run_id: str, state: str, reason: str) 
 
 def approval_event(approval: ApprovalRequest) -> Event:
     """The event of a delete or bulk action waiting for an approver."""
-    what = (
-        f"delete of dead letter {approval.dead_letter_id}"
-        if approval.kind == ApprovalKind.DELETE
-        else f"bulk action {approval.bulk_id}"
-    )
+    if approval.kind == ApprovalKind.DELETE:
+        what = f"delete of dead letter {approval.dead_letter_id}"
+    elif approval.kind == ApprovalKind.REDRIVE:
+        what = f"redrive policy {approval.redrive_policy_id}"
+    else:
+        what = f"bulk action {approval.bulk_id}"
     requester = approval.requested_by.get_username() if approval.requested_by else "someone"
     claim = None
     if approval.dead_letter is not None:
@@ -141,6 +142,20 @@ def fix_forward_event(scan: FixForwardScan) -> Event:
     )
 
 
+def redrive_paused_event(policy: RedrivePolicy) -> Event:
+    """The event of a redrive policy that paused itself because its replays failed again: which, why, and
+    the page that resumes it."""
+    return Event(
+        type=EventType.REDRIVE_PAUSED,
+        key=f"redrive:{policy.pk}:paused:{policy.updated_at.isoformat()}",
+        team_id=policy.team_id,
+        title=f"Redrive policy {policy.name} of {policy.pipeline.name} paused itself",
+        text=f"{policy.paused_reason}\nLook at /dlq/redrive/{policy.pk}/ before resuming it",
+        data={"policy": policy.pk, "name": policy.name, "pipeline": policy.pipeline.name,
+              "reason": policy.paused_reason},
+    )  # fmt: skip
+
+
 # ------------------------------------------------------------------------------------------------ receivers
 
 
@@ -181,6 +196,13 @@ def on_fix_forward_found(sender: Any, *, scan_id: int, **_: Any) -> None:
         dispatch.publish(fix_forward_event(scan))
 
 
+def on_redrive_paused(sender: Any, *, policy_id: int, **_: Any) -> None:
+    """``dlq.signals.redrive_paused``."""
+    policy = RedrivePolicy.objects.select_related("pipeline").filter(pk=policy_id).first()
+    if policy is not None:
+        dispatch.publish(redrive_paused_event(policy))
+
+
 def on_bulk_finished(sender: Any, *, bulk_id: int, **_: Any) -> None:
     """``dlq.signals.bulk_finished``."""
     bulk = BulkAction.objects.filter(pk=bulk_id).first()
@@ -198,3 +220,4 @@ def connect() -> None:
     dlq_signals.fix_forward_found.connect(on_fix_forward_found, dispatch_uid="notifications.fix_forward")
     dlq_signals.approval_requested.connect(on_approval_requested, dispatch_uid="notifications.approval")
     dlq_signals.bulk_finished.connect(on_bulk_finished, dispatch_uid="notifications.bulk")
+    dlq_signals.redrive_paused.connect(on_redrive_paused, dispatch_uid="notifications.redrive")

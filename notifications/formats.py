@@ -50,6 +50,7 @@ PAGERDUTY_SEVERITY: dict[str, str] = {
     EventType.APPROVAL_WAITING: "info",
     EventType.BULK_FINISHED: "info",
     EventType.FIX_FORWARD: "info",
+    EventType.REDRIVE_PAUSED: "warning",
     EventType.TEST: "info",
 }
 PAGERDUTY_SEVERITIES = ("critical", "error", "warning", "info")

@@ -38,6 +38,7 @@ class EventType(models.TextChoices):
     APPROVAL_WAITING = "approval.waiting", "Approval waiting"
     BULK_FINISHED = "bulk.finished", "Bulk action finished"
     FIX_FORWARD = "fix_forward.found", "A new revision now passes parked dead letters"
+    REDRIVE_PAUSED = "redrive.paused", "A redrive policy paused itself"
     TEST = "test", "Test message"
 
 
