@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, path
 
-from dlq import converters, topic_views  # noqa: F401  # converters: registers <partition:> and <offset:>
+from dlq import converters, offset_views, topic_views  # noqa: F401  # converters: registers <partition:> and <offset:>
 
 urlpatterns: list[URLPattern] = [
     path("topics/", topic_views.topic_index, name="pipeline-topics"),
@@ -15,4 +15,5 @@ urlpatterns: list[URLPattern] = [
         name="pipeline-record-outcomes",
     ),
     path("test-message/", topic_views.test_message_page, name="pipeline-test-message"),
+    path("offsets/", offset_views.offsets_page, name="pipeline-offsets"),
 ]

@@ -592,3 +592,47 @@ def skips_for(pipeline: Pipeline, *, limit: int = 20) -> list[OffsetSkip]:
     return list(
         OffsetSkip.objects.filter(pipeline=pipeline).select_related("requested_by", "decided_by")[:limit]
     )
+
+
+@dataclass(frozen=True)
+class PartitionPosition:
+    """A source partition as the offsets page shows it: watermarks and the checkpoint's position (None: no
+    committed batch covers it yet); ``behind`` = high - position."""
+
+    topic: str
+    partition: int
+    low: int
+    high: int
+    position: int | None
+
+    @property
+    def behind(self) -> int | None:
+        """Records between the checkpoint's position and the end of the partition."""
+        return None if self.position is None else max(0, self.high - self.position)
+
+
+def positions(pipeline: Pipeline) -> tuple[list[PartitionPosition], str]:
+    """Every partition of the pipeline's source topics with its watermarks and checkpoint position, and why
+    the checkpoint could not be read ("" when it could). KafkaException when the cluster does not answer."""
+    spec = _spec(pipeline)
+    try:
+        current: checkpoint.Offsets = committed_offsets(pipeline)
+        problem = ""
+    except InvalidRequest as exc:
+        current, problem = {}, exc.message
+    consumer = _lookup_consumer(connection_for(pipeline.cluster), read_committed=False)
+    rows = []
+    try:
+        for topic in spec.source.topics:
+            try:
+                partitions = _partitions(consumer, topic)
+            except InvalidRequest:
+                continue
+            for partition in partitions:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=KAFKA_TIMEOUT, cached=False
+                )
+                rows.append(PartitionPosition(topic, partition, low, high, current.get((topic, partition))))
+    finally:
+        consumer.close()
+    return rows, problem

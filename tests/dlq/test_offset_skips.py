@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import NewTopic
 from django.conf import settings as django_settings
+from django.test import Client
 
 from access.models import AuditEvent, Role
 from dlq import services
@@ -494,3 +495,68 @@ def test_a_checkpoint_in_another_format_is_refused(tmp_path):
         checkpoint.committed_position(folder)
     with pytest.raises(checkpoint.CheckpointError, match="no committed batch"):
         checkpoint.committed_position(tmp_path / "nowhere")
+
+
+# ------------------------------------------------------------------------------------------------- pages
+
+
+def page_client(user) -> Client:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(type(user).objects.get(pk=user.pk))
+    return client
+
+
+def test_the_offsets_page_shows_positions_a_dry_run_and_requests_a_skip_with_csrf(people, pipeline, world):
+    operator = page_client(people["operator"])
+    url = f"/pipelines/{pipeline.name}/offsets/"
+    # Given the pipeline page, it links to the offsets page
+    assert url in page_client(people["viewer"]).get(f"/pipelines/{pipeline.name}/").content.decode()
+    # The page lists each partition with where the pipeline resumes, and a form per partition for operators
+    page = operator.get(url).content.decode()
+    assert 'data-testid="skip-form-0"' in page
+    assert 'data-testid="skip-form-1"' in page
+    assert 'data-testid="dry-run"' not in page
+    # When the operator asks for the dry run of a skip past 5 on partition 0
+    dry = operator.get(url, {"topic": world["source"], "partition": "0", "offset": "5"}).content.decode()
+    # Then it counts 3 records and offers the request form, with a CSRF token
+    assert '<strong data-testid="plan-records">3</strong>' in dry
+    assert 'data-testid="request-skip"' in dry
+    assert "csrfmiddlewaretoken" in dry
+    assert not OffsetSkip.objects.exists()
+    # a POST without the CSRF token is refused
+    body = {"topic": world["source"], "partition": "0", "offset": "5", "reason": "poison at 5"}
+    assert operator.post(url, body).status_code == 403
+    token = operator.cookies["csrftoken"].value
+    # bad input is shown with the field, nothing is created
+    bad = operator.post(url, {**body, "offset": "99"}, HTTP_X_CSRFTOKEN=token)
+    assert bad.status_code == 400
+    assert 'data-testid="error-offset"' in bad.content.decode()
+    # and with the token it is requested, and listed with its range
+    done = operator.post(url, body, HTTP_X_CSRFTOKEN=token)
+    assert done.status_code == 302
+    skip = OffsetSkip.objects.get()
+    assert (skip.requested_by, skip.past_offset, skip.partition) == (people["operator"], 5, 0)
+    listed = operator.get(url).content.decode()
+    assert f'data-skip="{skip.pk}"' in listed
+    assert "3 → 6" in listed.replace("&gt;", ">") or "3 \u2192 6" in listed
+    # the approvals page names it for the approver
+    approvals = page_client(people["approver"]).get("/dlq/approvals/").content.decode()
+    assert 'data-testid="offset-skip-link"' in approvals
+    assert "3 records copied to the DLQ first" in approvals
+
+
+def test_a_viewer_sees_the_offsets_page_without_forms_and_another_team_gets_a_404(people, pipeline, world):
+    url = f"/pipelines/{pipeline.name}/offsets/"
+    viewer = page_client(people["viewer"])
+    page = viewer.get(url, {"partition": "0", "offset": "5"}).content.decode()
+    assert 'data-testid="partitions"' in page
+    assert "skip-form-0" not in page
+    assert 'data-testid="dry-run"' not in page
+    viewer.get(url)
+    token = viewer.cookies["csrftoken"].value
+    assert (
+        viewer.post(url, {"partition": "0", "offset": "5", "reason": "x"}, HTTP_X_CSRFTOKEN=token).status_code
+        == 403
+    )
+    assert page_client(people["foreign"]).get(url).status_code == 404
+    assert not OffsetSkip.objects.exists()
