@@ -133,6 +133,9 @@ INTEGER_QUERIES = [
     "/audit/?before={n}",
     "/audit/?after={n}",
     "/notifications/{team}/?page={n}",
+    "/pipelines/{p}/offsets/?partition={n}&offset=0",
+    "/pipelines/{p}/offsets/?partition=0&offset={n}",
+    "/pipelines/{p}/offsets/?to_time={n}",
 ]
 
 
