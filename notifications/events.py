@@ -80,6 +80,11 @@ def approval_event(approval: ApprovalRequest) -> Event:
         what = f"delete of dead letter {approval.dead_letter_id}"
     elif approval.kind == ApprovalKind.REDRIVE:
         what = f"redrive policy {approval.redrive_policy_id}"
+    elif approval.kind == ApprovalKind.OFFSETS and approval.offset_skip is not None:
+        skip = approval.offset_skip
+        where = f"past offset {skip.past_offset}" if skip.past_offset is not None else f"to {skip.to_time}"
+        copied = sum(int(row.get("records", 0)) for row in skip.plan)
+        what = f"offset skip {skip.pk} of {skip.pipeline.name} {where} ({copied} records copied to the DLQ first)"
     else:
         what = f"bulk action {approval.bulk_id}"
     requester = approval.requested_by.get_username() if approval.requested_by else "someone"

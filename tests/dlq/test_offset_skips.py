@@ -22,6 +22,7 @@ from dlq import services
 from dlq.ingest import Ingester
 from dlq.models import ApprovalKind, ApprovalRequest, DeadLetter, OffsetSkip, OffsetSkipState, Status
 from dlq.services import offset_skips
+from notifications.events import approval_event
 from pipelines.services import create_pipeline
 from pipelines.spark import checkpoint
 from pipelines.spec import parse_spec
@@ -560,3 +561,14 @@ def test_a_viewer_sees_the_offsets_page_without_forms_and_another_team_gets_a_40
     )
     assert page_client(people["foreign"]).get(url).status_code == 404
     assert not OffsetSkip.objects.exists()
+
+
+def test_the_approvers_are_told_what_the_skip_moves(people, pipeline, world):
+    skip = offset_skips.request_skip(
+        actor=people["operator"], pipeline=pipeline, partition=0, past_offset=5, reason="poison"
+    )
+    event = approval_event(ApprovalRequest.objects.get(offset_skip=skip))
+    assert event.title == (
+        f"Approval waiting: offset skip {skip.pk} of {pipeline.name} past offset 5 (3 records copied to the DLQ first)"
+    )
+    assert event.data["kind"] == "offsets"
