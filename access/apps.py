@@ -13,7 +13,8 @@ class AccessConfig(AppConfig):
     def ready(self) -> None:
         """Record each log-in lockout django-axes declares in the audit log, and audit every change to
         people, memberships, teams and API tokens (``access.people_audit``); bind API tokens to their user's
-        credentials (``access.api_tokens.connect``)."""
+        credentials (``access.api_tokens.connect``); audit break-glass password sign-ins in SSO-only mode
+        (``access.sso.signin``)."""
         from axes.signals import user_locked_out
 
         from access.lockout import record_lockout
@@ -24,3 +25,9 @@ class AccessConfig(AppConfig):
 
         people_audit.connect()
         api_tokens.connect()
+
+        from django.contrib.auth.signals import user_logged_in
+
+        from access.sso.signin import audit_password_sign_in
+
+        user_logged_in.connect(audit_password_sign_in, dispatch_uid="access.sso.audit_password_sign_in")

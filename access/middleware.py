@@ -3,7 +3,8 @@ memberships, tokens changed through the admin site or any view) name who made th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 
 from django.contrib.auth.models import User
@@ -33,3 +34,14 @@ def current_actor() -> User | None:
     if isinstance(user, User) and user.is_authenticated:
         return user
     return None
+
+
+@contextlib.contextmanager
+def acting_as_system() -> Iterator[None]:
+    """Within the block, ``current_actor()`` is None: changes the system makes on someone's behalf during a
+    request (the memberships an identity provider's groups give at sign-in) are recorded as the system's."""
+    token = _request.set(None)
+    try:
+        yield
+    finally:
+        _request.reset(token)

@@ -54,12 +54,39 @@ class Membership(models.Model):
     manages_team = models.BooleanField(
         default=False, help_text="may manage this team's memberships (a team admin)"
     )
+    sso = models.BooleanField(
+        default=False,
+        help_text="granted by an identity provider's group (access.sso.mapping): recomputed at each sign-in",
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["user", "team"], name="one_membership_per_team")]
 
     def __str__(self) -> str:
         return f"{self.user} is {self.role} in {self.team}"
+
+
+class SsoGroupMapping(models.Model):
+    """An identity provider's group (as its groups claim names it) giving a role in a team to whoever is in
+    it, applied at each sign-in through that provider (``access.sso.mapping.apply_groups``): a person in
+    several mapped groups gets, per team, the strongest of their roles there."""
+
+    provider = models.CharField(max_length=31, help_text="the provider's id (STREAMFORGE_OIDC_PROVIDERS)")
+    group = models.CharField(max_length=255, help_text="the group as the provider's groups claim names it")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="sso_group_mappings")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["provider", "group", "team__name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["provider", "group", "team"], name="one_mapping_per_group_and_team"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider}:{self.group} -> {self.role} in {self.team}"
 
 
 class AuditEventQuerySet(models.QuerySet["AuditEvent"]):

@@ -57,6 +57,10 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | STREAMFORGE_API_RATE_FAILED_TOKEN | 10/minute | wrong API tokens one address may send before its token requests answer 429 |
 | STREAMFORGE_API_RATE_DSL | 60/minute | DSL evaluations (playground, dry runs) one user may request |
 | STREAMFORGE_SESSION_HOURS | 12 | how long a browser session lasts after log-in |
+| STREAMFORGE_OIDC_PROVIDERS | (none) | comma-separated ids of OpenID Connect identity providers, each described by `STREAMFORGE_OIDC_<ID>_*` (issuer, client id, the client secret as a file or a variable's name: `access/sso/config.py`, README "Single sign-on") |
+| STREAMFORGE_SSO_ONLY | false | true: local passwords are refused, except the break-glass admin's |
+| STREAMFORGE_SSO_BREAK_GLASS_USER | (none) | the one user who may still sign in with a password in SSO-only mode (each such sign-in is audited and logged) |
+| STREAMFORGE_SSO_DEFAULT_TEAM, STREAMFORGE_SSO_DEFAULT_ROLE | (none), viewer | the team (and role) of a person signing in through a provider in none of its mapped groups; unset: no team |
 | STREAMFORGE_RUNNER_NAME | (none) | set on runner hosts only: this worker's stable host name (`[a-z0-9-]`, 1-63); it also reads the queue `<STREAMFORGE_CELERY_QUEUE>.runner.<name>` |
 | STREAMFORGE_RUNNER_SLOTS | 4 | pipeline drivers a runner hosts at most |
 | STREAMFORGE_RUNNER_MEMORY_MB | 4096 | memory a runner offers its drivers (each charged STREAMFORGE_DRIVER_MEMORY_MB) |
@@ -78,6 +82,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import re
 import secrets
 from datetime import timedelta
@@ -87,6 +92,7 @@ import dj_database_url
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
+from access.sso.config import providers_from_env
 from streamforge_web.env import env_bool, env_int, env_list, env_str
 from streamforge_web.files import private_dir
 
@@ -156,6 +162,12 @@ INSTALLED_APPS = [
     "csp",
     "channels",
     "axes",
+    # Single sign-on (access.sso): allauth's OpenID Connect provider; its account app is required by it, but
+    # none of its own pages (sign-up, password reset) is mounted.
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
     "streamforge_web",
     "access",
     "pipelines",
@@ -172,6 +184,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "access.middleware.audit_actor",
+    "allauth.account.middleware.AccountMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, so it turns a lockout noticed during the view into the lockout page (access.lockout).
@@ -228,12 +241,41 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
-# Axes first: it refuses a locked-out user name + address before the password is even checked.
+# Axes first: it refuses a locked-out user name + address before the password is even checked. Then
+# Django's ModelBackend, refusing passwords in SSO-only mode but the break-glass admin's (access.sso.backends);
+# sessions of SSO sign-ins name it too.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    "access.sso.backends.ConsoleBackend",
 ]
 SESSION_COOKIE_AGE = env_int("STREAMFORGE_SESSION_HOURS", 12, minimum=1) * 3600
+
+# --- single sign-on (access.sso; README "Single sign-on") -----------------------------------------------------
+# Identity providers: ids, issuers, client ids and *references* to their client secrets (a file or a variable's
+# name), never the secrets themselves, so no settings dump shows one.
+SSO_PROVIDERS = providers_from_env(os.environ)
+SSO_ONLY = env_bool("STREAMFORGE_SSO_ONLY", default=False)
+SSO_BREAK_GLASS_USER = env_str("STREAMFORGE_SSO_BREAK_GLASS_USER", "")
+SSO_DEFAULT_TEAM = env_str("STREAMFORGE_SSO_DEFAULT_TEAM", "")
+SSO_DEFAULT_ROLE = env_str("STREAMFORGE_SSO_DEFAULT_ROLE", "viewer")
+if SSO_ONLY and not SSO_PROVIDERS:
+    raise ImproperlyConfigured("STREAMFORGE_SSO_ONLY needs an identity provider (STREAMFORGE_OIDC_PROVIDERS)")
+if SSO_DEFAULT_ROLE not in {"viewer", "operator", "approver"}:
+    raise ImproperlyConfigured("STREAMFORGE_SSO_DEFAULT_ROLE must be viewer, operator or approver")
+ACCOUNT_ADAPTER = "access.sso.adapters.AccountAdapter"
+SOCIALACCOUNT_ADAPTER = "access.sso.adapters.SocialAccountAdapter"
+SOCIALACCOUNT_PROVIDERS = {"openid_connect": {"provider_class": "access.sso.provider.StrictOIDCProvider"}}
+# Just-in-time users: a first sign-in creates the user (identity: provider + subject, never the e-mail).
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
+SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = False
+SOCIALACCOUNT_EMAIL_VERIFICATION = "none"
+SOCIALACCOUNT_STORE_TOKENS = False
+SOCIALACCOUNT_LOGIN_ON_GET = False  # the sign-in button posts (with the CSRF token): no sign-in CSRF
+SOCIALACCOUNT_QUERY_EMAIL = False
+ACCOUNT_EMAIL_VERIFICATION = "none"
+ACCOUNT_UNIQUE_EMAIL = False  # two people may share an address at two providers; identity is the subject
+ACCOUNT_LOGOUT_ON_GET = False
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -495,6 +537,9 @@ CONTENT_SECURITY_POLICY = {
         "form-action": [SELF],
     },
 }
+# Signing in and out through an identity provider follows a form's redirect to the provider's origin, which
+# form-action governs too.
+CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"] += sorted({p.origin for p in SSO_PROVIDERS})
 
 LOGGING = {
     "version": 1,

@@ -1,11 +1,12 @@
 """URL configuration: pages, log in/out, the admin, the REST API and its OpenAPI schema, the probes."""
 
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from access import people_views
+from access.sso import logout as sso_logout
+from access.sso import views as sso_views
 from dlq import group_views
 from dlq.api import topics
 from pipelines.metrics import metrics_view
@@ -16,8 +17,10 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics_view, name="metrics"),
     path("status/", views.system_status, name="system-status"),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Log in with a password or through an identity provider; log out here and, after SSO, there too.
+    path("login/", sso_views.SignInView.as_view(), name="login"),
+    path("logout/", sso_logout.sign_out, name="logout"),
+    path("", include("access.sso.urls")),
     path("admin/", admin.site.urls),
     # The topic browser and test messages live in the dlq app (their masking is the DLQ console's) but are
     # addressed under the pipeline; these come first so the pipelines' own routes do not take them.

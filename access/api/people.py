@@ -2,7 +2,8 @@
 ``access.people`` (which holds the rules and whose changes are audited).
 
 - ``users/``: admins list, create (``POST``), read and change (``PATCH``, ``is_active: false`` deactivates:
-  never a delete) users; anyone else gets 403, except ``GET users/me/`` (the caller's own record).
+  never a delete) users, and end one's sessions and API token at once (``POST {username}/end-sessions/``);
+  anyone else gets 403, except ``GET users/me/`` (the caller's own record).
 - ``teams/``: the teams the caller may see (all for admins); admins create and change (``PATCH``) them.
 - ``teams/{name}/members/``: members of a team the caller may see; admins and the team's team admins add
   (``POST``), change (``PATCH {username}/``) and remove (``DELETE {username}/``) members.
@@ -25,7 +26,7 @@ from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from access import people
+from access import people, session_end
 from access.errors import InvalidRequest
 from access.models import Membership, Role, Team
 from access.permissions import is_admin, visible_teams
@@ -105,6 +106,13 @@ class UserUpdateSerializer(serializers.Serializer[dict[str, Any]]):
     first_name = serializers.CharField(max_length=150, required=False, allow_blank=True)
     last_name = serializers.CharField(max_length=150, required=False, allow_blank=True)
     is_active = serializers.BooleanField(required=False)
+
+
+class EndedSerializer(serializers.Serializer[dict[str, Any]]):
+    """What ending a user's access ended: the number of sessions, and whether there was an API token."""
+
+    sessions = serializers.IntegerField()
+    token = serializers.BooleanField()
 
 
 class TeamSerializer(serializers.ModelSerializer[Team]):
@@ -215,6 +223,14 @@ class UserViewSet(PeopleErrorsMixin, viewsets.GenericViewSet[User]):
     def me(self, request: Request) -> Response:
         """The caller's own record."""
         return Response(UserSerializer(people.users().get(pk=_actor(request).pk)).data)
+
+    @extend_schema(request=None, responses={200: EndedSerializer})
+    @action(detail=True, methods=["post"], url_path="end-sessions")
+    def end_sessions(self, request: Request, username: str) -> Response:
+        """End every browser session of the user and delete their API token, at once (admins; audited)."""
+        self._require_admin()
+        ended = session_end.end_access(actor=_actor(request), user=self.get_object())
+        return Response({"sessions": ended.sessions, "token": ended.token})
 
 
 class TeamsByName(CursorPagination):

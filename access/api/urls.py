@@ -1,10 +1,12 @@
 """URLs of the access API (mounted under /api/): ``audit/`` and ``audit/verify/``; ``users/``, ``teams/`` and
-``teams/{team}/members/``; ``tokens/me/`` and ``tokens/{username}/``."""
+``teams/{team}/members/``; ``tokens/me/`` and ``tokens/{username}/``; ``sso/group-mappings/`` (and its
+``providers/``)."""
 
 from django.urls import URLPattern, URLResolver, path, re_path
 from rest_framework.routers import DefaultRouter
 
 from access.api.people import MemberViewSet, TeamViewSet, UserViewSet
+from access.api.sso import GroupMappingViewSet
 from access.api.tokens import MyTokenView, UserTokenView
 from access.api.views import AuditEventViewSet, AuditVerifyView
 
@@ -16,6 +18,7 @@ router.include_root_view = False
 router.register("audit", AuditEventViewSet, basename="audit")
 router.register("users", UserViewSet, basename="user")  # its lookup_value_regex is USERNAME
 router.register("teams", TeamViewSet, basename="team")
+router.register("sso/group-mappings", GroupMappingViewSet, basename="sso-group-mapping")
 
 members = MemberViewSet.as_view({"get": "list", "post": "create"})
 member = MemberViewSet.as_view({"patch": "partial_update", "delete": "destroy"})
