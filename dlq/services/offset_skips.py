@@ -386,7 +386,9 @@ def apply_skip(*, skip_id: int) -> OffsetSkip:
     """One step of applying an approved skip (the worker calls it again while the pipeline stops; see the
     module docstring). Returns the skip: APPLYING while waiting for the pipeline to stop (the caller
     steps again in ``WAIT_SECONDS``), DONE or FAILED when finished; a skip in any other state is returned
-    unchanged. Safe to run twice at once: the claim and the pipeline row lock decide."""
+    unchanged. Two steps at once (a task delivered again while the first still runs) may both copy a
+    partition's records (duplicates in the DLQ, never a loss); the move is made once, under the pipeline's
+    and the skip's row locks, and only the step that made it starts the pipeline again."""
     now = timezone.now()
     OffsetSkip.objects.filter(pk=skip_id, state=OffsetSkipState.APPROVED).update(
         state=OffsetSkipState.APPLYING, started_at=now
@@ -420,6 +422,14 @@ def apply_skip(*, skip_id: int) -> OffsetSkip:
         with transaction.atomic():
             # A start claims the pipeline row; holding it keeps a driver off the checkpoint while it moves.
             locked = Pipeline.objects.select_for_update().get(pk=pipeline.pk)
+            # A second step at once (a redelivered task) waits here, then finds the skip done: one move.
+            if (
+                not OffsetSkip.objects.select_for_update()
+                .filter(pk=skip.pk, state=OffsetSkipState.APPLYING)
+                .exists()
+            ):
+                skip.refresh_from_db()
+                return skip
             if locked.desired_state == DesiredState.RUNNING or _active_run(pipeline.pk):
                 raise Conflict("the pipeline was started during the skip; the copies stay in the DLQ")
             moved = {(m.topic, m.partition): m.target for m in moves if m.direction != "none"}

@@ -305,7 +305,7 @@ def test_an_approved_skip_copies_the_records_to_the_dlq_first_then_moves_checkpo
     )
     # the DLQ holds the three records with their original bytes and headers and the driver's headers
     copies = dlq_copies(kafka_bootstrap, world["dlq"], skip)
-    assert [int(r.header(c.H_SOURCE_OFFSET)) for r in copies] == [3, 4, 5]
+    assert sorted(int(r.header(c.H_SOURCE_OFFSET)) for r in copies) == [3, 4, 5]  # keyed: any DLQ partition
     for copy in copies:
         key, value = world["coordinates"][(0, int(copy.header(c.H_SOURCE_OFFSET)))]
         assert (copy.key, copy.value, copy.header("trace-id")) == (key, value, "t-" + key.decode())
