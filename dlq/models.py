@@ -845,7 +845,9 @@ class RedrivePolicy(models.Model):
     state = models.CharField(max_length=24, choices=RedriveState.choices)
     paused_reason = models.TextField(blank=True)
     active_since = models.DateTimeField(
-        null=True, blank=True, help_text="approved or last resumed: replays before it do not count to pause it"
+        null=True,
+        blank=True,
+        help_text="approved or last resumed: replays before it do not count to pause it",
     )
     next_run_at = models.DateTimeField(null=True, blank=True)
     last_run_at = models.DateTimeField(null=True, blank=True)

@@ -6,73 +6,162 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('access', '0005_api_token_binding'),
-        ('dlq', '0018_claims'),
-        ('pipelines', '0006_registry_connection'),
+        ("access", "0005_api_token_binding"),
+        ("dlq", "0018_claims"),
+        ("pipelines", "0006_registry_connection"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='approvalrequest',
-            name='change',
-            field=models.JSONField(blank=True, default=dict, help_text='redrive: the settings it asks for (field -> value)'),
+            model_name="approvalrequest",
+            name="change",
+            field=models.JSONField(
+                blank=True, default=dict, help_text="redrive: the settings it asks for (field -> value)"
+            ),
         ),
         migrations.AlterField(
-            model_name='approvalrequest',
-            name='kind',
-            field=models.CharField(choices=[('delete', 'Delete a dead letter'), ('bulk', 'Run a large bulk action'), ('redrive', 'Create or widen a redrive policy')], max_length=16),
+            model_name="approvalrequest",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("delete", "Delete a dead letter"),
+                    ("bulk", "Run a large bulk action"),
+                    ("redrive", "Create or widen a redrive policy"),
+                ],
+                max_length=16,
+            ),
         ),
         migrations.CreateModel(
-            name='RedrivePolicy',
+            name="RedrivePolicy",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('error_types', models.JSONField(blank=True, default=list, help_text='error types it replays')),
-                ('destination', models.CharField(blank=True, help_text='blank: any destination', max_length=128)),
-                ('delay_seconds', models.PositiveIntegerField(default=300)),
-                ('max_attempts', models.PositiveSmallIntegerField(default=3)),
-                ('rate_limit', models.PositiveIntegerField(default=10, help_text='messages per second while a run runs')),
-                ('max_per_run', models.PositiveIntegerField(default=500)),
-                ('interval_seconds', models.PositiveIntegerField(default=300)),
-                ('window_start', models.TimeField(blank=True, help_text='UTC; null: any time', null=True)),
-                ('window_end', models.TimeField(blank=True, help_text='UTC; a window may cross midnight', null=True)),
-                ('pause_threshold', models.FloatField(default=0.5)),
-                ('pause_min_replays', models.PositiveIntegerField(default=10)),
-                ('state', models.CharField(choices=[('awaiting_approval', 'Awaiting approval'), ('active', 'Active'), ('paused', 'Paused'), ('rejected', 'Rejected'), ('deleted', 'Deleted')], max_length=24)),
-                ('paused_reason', models.TextField(blank=True)),
-                ('active_since', models.DateTimeField(blank=True, help_text='approved or last resumed: replays before it do not count to pause it', null=True)),
-                ('next_run_at', models.DateTimeField(blank=True, null=True)),
-                ('last_run_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('created_by', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('group', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='dlq.failuregroup')),
-                ('pipeline', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='redrive_policies', to='pipelines.pipeline')),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='access.team')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100)),
+                (
+                    "error_types",
+                    models.JSONField(blank=True, default=list, help_text="error types it replays"),
+                ),
+                (
+                    "destination",
+                    models.CharField(blank=True, help_text="blank: any destination", max_length=128),
+                ),
+                ("delay_seconds", models.PositiveIntegerField(default=300)),
+                ("max_attempts", models.PositiveSmallIntegerField(default=3)),
+                (
+                    "rate_limit",
+                    models.PositiveIntegerField(default=10, help_text="messages per second while a run runs"),
+                ),
+                ("max_per_run", models.PositiveIntegerField(default=500)),
+                ("interval_seconds", models.PositiveIntegerField(default=300)),
+                ("window_start", models.TimeField(blank=True, help_text="UTC; null: any time", null=True)),
+                (
+                    "window_end",
+                    models.TimeField(blank=True, help_text="UTC; a window may cross midnight", null=True),
+                ),
+                ("pause_threshold", models.FloatField(default=0.5)),
+                ("pause_min_replays", models.PositiveIntegerField(default=10)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("awaiting_approval", "Awaiting approval"),
+                            ("active", "Active"),
+                            ("paused", "Paused"),
+                            ("rejected", "Rejected"),
+                            ("deleted", "Deleted"),
+                        ],
+                        max_length=24,
+                    ),
+                ),
+                ("paused_reason", models.TextField(blank=True)),
+                (
+                    "active_since",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="approved or last resumed: replays before it do not count to pause it",
+                        null=True,
+                    ),
+                ),
+                ("next_run_at", models.DateTimeField(blank=True, null=True)),
+                ("last_run_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "group",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="dlq.failuregroup",
+                    ),
+                ),
+                (
+                    "pipeline",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="redrive_policies",
+                        to="pipelines.pipeline",
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to="access.team"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['pipeline_id', 'name'],
+                "ordering": ["pipeline_id", "name"],
             },
         ),
         migrations.AddField(
-            model_name='approvalrequest',
-            name='redrive_policy',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='approvals', to='dlq.redrivepolicy'),
+            model_name="approvalrequest",
+            name="redrive_policy",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="approvals",
+                to="dlq.redrivepolicy",
+            ),
         ),
         migrations.AddField(
-            model_name='bulkaction',
-            name='redrive_policy',
-            field=models.ForeignKey(blank=True, help_text="the redrive policy whose scheduled run this is (null: a person's own bulk action)", null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='runs', to='dlq.redrivepolicy'),
+            model_name="bulkaction",
+            name="redrive_policy",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="the redrive policy whose scheduled run this is (null: a person's own bulk action)",
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="runs",
+                to="dlq.redrivepolicy",
+            ),
         ),
         migrations.AddIndex(
-            model_name='redrivepolicy',
-            index=models.Index(fields=['state', 'next_run_at'], name='redrive_due'),
+            model_name="redrivepolicy",
+            index=models.Index(fields=["state", "next_run_at"], name="redrive_due"),
         ),
         migrations.AddConstraint(
-            model_name='redrivepolicy',
-            constraint=models.UniqueConstraint(condition=models.Q(('state', 'deleted'), _negated=True), fields=('pipeline', 'name'), name='one_live_policy_name'),
+            model_name="redrivepolicy",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("state", "deleted"), _negated=True),
+                fields=("pipeline", "name"),
+                name="one_live_policy_name",
+            ),
         ),
     ]
