@@ -264,10 +264,10 @@ def _counts_by_team(qs: QuerySet[DeadLetter]) -> list[tuple[str, int]]:
 
 def recent_volume(*, actor_id: int, now: datetime | None = None) -> int:
     """Messages the person ``actor_id`` selected in bulk actions created within the last
-        ``DLQ_BULK_APPROVAL_WINDOW_SECONDS`` (3600 by default) that needed no second person
-        (``approval_required`` false), whatever their state: a selection cut into pieces under the threshold
-        adds up. Selections an approver let through are not counted; their four eyes were had, and neither are
-    the runs of redrive policies they created (an approver let the policy through)."""
+    ``DLQ_BULK_APPROVAL_WINDOW_SECONDS`` (3600 by default) that needed no second person
+    (``approval_required`` false), whatever their state: a selection cut into pieces under the threshold
+    adds up. Selections an approver let through are not counted (their four eyes were had), and neither
+    are the runs of the redrive policies they created (an approver let the policy through)."""
     since = (now or timezone.now()) - timedelta(seconds=settings.DLQ_BULK_APPROVAL_WINDOW_SECONDS)
     selected = BulkAction.objects.filter(
         created_by_id=actor_id, created_at__gte=since, approval_required=False, redrive_policy__isnull=True
