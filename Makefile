@@ -60,7 +60,8 @@ check-deploy: venv
 # the tests marked `sqlite` (migrations from empty, its locking settings). The services are stopped afterwards
 # whatever the outcome. PYTEST_ARGS narrows the first run; DB=sqlite runs the whole suite on SQLite instead.
 TEST_DB := $(or $(DB),postgres)
-TEST_SERVICES := kafka kafka-secure redis registry $(if $(filter postgres,$(TEST_DB)),postgres)
+# keycloak: the identity provider of the single sign-on acceptance (tests/browser/test_sso_keycloak_ui.py).
+TEST_SERVICES := kafka kafka-secure redis registry keycloak $(if $(filter postgres,$(TEST_DB)),postgres)
 test: venv system lint types check-deploy
 	STREAMFORGE_DB=$(TEST_DB) $(PY) -m devstack --profile test up $(TEST_SERVICES)
 	@( unset DATABASE_URL; eval "$$(STREAMFORGE_DB=$(TEST_DB) $(PY) -m devstack --profile test env)"; \

@@ -156,10 +156,12 @@ def main(argv: list[str] | None = None) -> int:
             print(",".join(str(p) for p in jars.spark_jars()))
             print(jars.driver_class_archive() or "devstack: no driver class archive")
             print(jars.apicurio_registry(), jars.java21())
+            print(jars.keycloak())
         elif args.command == "fetch":
             print(jars.kafka_jars())
             print(",".join(str(p) for p in jars.spark_jars()))
             print(jars.apicurio_registry())
+            print(jars.keycloak())
         elif args.command == "env":
             for key, value in django_env(profile).items():
                 print(f"export {key}={shlex.quote(value)}")

