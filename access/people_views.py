@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
@@ -20,6 +21,7 @@ from django.views.decorators.http import require_GET
 from access import api_tokens, people
 from access.models import Membership, Role, Team
 from access.permissions import is_admin
+from access.sso import mapping
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,8 @@ def _rows(
 @require_GET
 def people_page(request: HttpRequest) -> HttpResponse:
     """``/people/``: the teams the viewer may see with their members (403 unless admin or team admin); for
-    admins also every user, and the forms to create users and teams."""
+    admins also every user, the forms to create users and teams, and the identity provider groups mapped
+    to team roles."""
     user = request.user
     admin = is_admin(user)
     managed = set(people.managed_teams(user).values_list("pk", flat=True))
@@ -85,6 +88,12 @@ def people_page(request: HttpRequest) -> HttpResponse:
             "active_usernames": list(people.users().filter(is_active=True).values_list("username", flat=True))
             if admin
             else [],
+            # Identity provider groups mapped to team roles (admins; access.sso.mapping), and what to map.
+            "sso_providers": list(settings.SSO_PROVIDERS) if admin else [],
+            "sso_mappings": list(mapping.mappings()) if admin else [],
+            "all_teams": list(Team.objects.order_by("name")) if admin else [],
+            "roles": Role.choices,
+            "default_team": settings.SSO_DEFAULT_TEAM,
             "section": "people",
         },
     )
