@@ -60,6 +60,7 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | STREAMFORGE_OIDC_PROVIDERS | (none) | comma-separated ids of OpenID Connect identity providers, each described by `STREAMFORGE_OIDC_<ID>_*` (issuer, client id, the client secret as a file or a variable's name: `access/sso/config.py`, README "Single sign-on") |
 | STREAMFORGE_SSO_ONLY | false | true: local passwords are refused, except the break-glass admin's |
 | STREAMFORGE_SSO_BREAK_GLASS_USER | (none) | the one user who may still sign in with a password in SSO-only mode (each such sign-in is audited and logged) |
+| STREAMFORGE_SSO_SESSION_HOURS | STREAMFORGE_SESSION_HOURS | how long a session made by an SSO sign-in lasts: at most this long may someone disabled at the provider go on |
 | STREAMFORGE_SSO_DEFAULT_TEAM, STREAMFORGE_SSO_DEFAULT_ROLE | (none), viewer | the team (and role) of a person signing in through a provider in none of its mapped groups; unset: no team |
 | STREAMFORGE_RUNNER_NAME | (none) | set on runner hosts only: this worker's stable host name (`[a-z0-9-]`, 1-63); it also reads the queue `<STREAMFORGE_CELERY_QUEUE>.runner.<name>` |
 | STREAMFORGE_RUNNER_SLOTS | 4 | pipeline drivers a runner hosts at most |
@@ -258,6 +259,9 @@ SSO_ONLY = env_bool("STREAMFORGE_SSO_ONLY", default=False)
 SSO_BREAK_GLASS_USER = env_str("STREAMFORGE_SSO_BREAK_GLASS_USER", "")
 SSO_DEFAULT_TEAM = env_str("STREAMFORGE_SSO_DEFAULT_TEAM", "")
 SSO_DEFAULT_ROLE = env_str("STREAMFORGE_SSO_DEFAULT_ROLE", "viewer")
+# A session made by an SSO sign-in lasts this long: how long someone disabled at the provider may go on
+# (an admin ends it at once: People, "End sessions").
+SSO_SESSION_HOURS = env_int("STREAMFORGE_SSO_SESSION_HOURS", SESSION_COOKIE_AGE // 3600, minimum=1)
 if SSO_ONLY and not SSO_PROVIDERS:
     raise ImproperlyConfigured("STREAMFORGE_SSO_ONLY needs an identity provider (STREAMFORGE_OIDC_PROVIDERS)")
 if SSO_DEFAULT_ROLE not in {"viewer", "operator", "approver"}:

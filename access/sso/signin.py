@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from allauth.socialaccount.models import SocialLogin
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.http import HttpRequest
 
@@ -61,7 +62,8 @@ def complete_sign_in(
     login: Callable[[], None],
 ) -> Applied:
     """Apply ``user``'s groups at ``provider``, call ``login`` (which makes the session), then record the
-    sign-in and note it in the session. Returns what the groups gave."""
+    sign-in and note it in the session, which lasts ``settings.SSO_SESSION_HOURS``. Returns what the groups
+    gave."""
     found = claims(sociallogin)
     groups = groups_from(found, provider.groups_claim)
     with acting_as_system():
@@ -84,6 +86,7 @@ def complete_sign_in(
             "default_team": applied.defaulted,
         },
     )
+    request.session.set_expiry(settings.SSO_SESSION_HOURS * 3600)
     request.session[SSO_SESSION_KEY] = {
         "provider": provider.id,
         "id_token": getattr(sociallogin, ID_TOKEN_ATTRIBUTE, ""),
@@ -95,8 +98,6 @@ def complete_sign_in(
 def audit_password_sign_in(sender: Any, request: HttpRequest | None, user: User, **kwargs: Any) -> None:
     """Receiver of ``user_logged_in``: a password sign-in of the break-glass admin in SSO-only mode is
     audited (``auth.break_glass_sign_in``, with the client address) and logged at WARNING."""
-    from django.conf import settings
-
     from access.throttling import client_ip
 
     if request is None or getattr(request, SSO_REQUEST_FLAG, False):

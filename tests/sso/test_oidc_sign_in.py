@@ -63,6 +63,13 @@ def test_a_first_sign_in_creates_the_user_with_the_role_their_group_maps_to(sign
     assert client.get("/").status_code == 200
 
 
+def test_an_sso_session_lasts_the_configured_hours(sign_in, ops_team, settings):
+    settings.SSO_SESSION_HOURS = 2
+    client = Client()
+    sign_in(client)
+    assert client.session.get_expiry_age() == 2 * 3600
+
+
 def test_the_identity_is_provider_and_subject_never_the_email(idp, sign_in, ops_team):
     local = UserFactory(username="alice", email="alice@example.test")
     client = Client()
