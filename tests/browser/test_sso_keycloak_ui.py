@@ -2,7 +2,8 @@
 (``devstack --profile test up keycloak``) with the realm ``devstack/conf/keycloak-realm.json`` (alice in
 ``sf-operators``), and the console of this run configured with it as the provider ``keycloak``.
 
-In Chromium: the console's "Sign in with Keycloak" -> Keycloak's own log-in page -> back signed in with the
+In Chromium: an admin maps the group ``sf-operators`` to the operator role in ``ops`` on the People page;
+the console's "Sign in with Keycloak" -> Keycloak's own log-in page -> back signed in with the
 role ``sf-operators`` maps to; sign-out ends the Keycloak session too; alice removed from the group in
 Keycloak (its admin REST API) -> her next sign-in gives no role and the page that says so; alice disabled
 in Keycloak -> refused there, not signed in here. Then the client secret is looked for everywhere it must
@@ -22,11 +23,13 @@ from pathlib import Path
 
 import pytest
 from allauth.socialaccount.models import SocialAccount
+from django.conf import settings
+from django.test import Client
 
 from access.models import AuditEvent, Membership, Role, SsoGroupMapping
 from tests.browser.conftest import REPO, AsgiServer, screenshot
 from tests.database import child_database_url
-from tests.factories import TeamFactory
+from tests.factories import TeamFactory, UserFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.keycloak]
 
@@ -128,6 +131,35 @@ def keycloak_admin():
     admin.set_enabled("alice", enabled=True)
 
 
+def _map_the_group_on_the_people_page(chromium, console_url: str) -> None:
+    """As an admin (a real session), map Keycloak's sf-operators to the operator role in ops on /people/."""
+    admin = UserFactory(username="root", is_superuser=True)
+    client = Client()
+    client.force_login(admin)
+    context = chromium.new_context(base_url=console_url)
+    context.add_cookies(
+        [
+            {
+                "name": settings.SESSION_COOKIE_NAME,
+                "value": client.cookies[settings.SESSION_COOKIE_NAME].value,
+                "url": console_url,
+            }
+        ]
+    )
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.goto("/people/")
+    form = page.get_by_test_id("create-sso-mapping")
+    form.locator("select[name=provider]").select_option("keycloak")
+    form.locator("input[name=group]").fill("sf-operators")
+    form.locator("select[name=team]").select_option("ops")
+    form.locator("select[name=role]").select_option("operator")
+    form.get_by_test_id("sso-mapping-submit").click()
+    page.get_by_test_id("sso-mapping-keycloak-sf-operators-ops").wait_for()
+    screenshot(page, "sso-people-group-mapping")
+    context.close()
+
+
 def _sign_in_through_keycloak(page, console_url: str, keycloak_url: str) -> None:
     page.goto(f"{console_url}/login/")
     page.get_by_role("button", name="Sign in with Keycloak").click()
@@ -144,8 +176,16 @@ def test_sign_in_through_keycloak_follows_the_group_and_the_account(
 ):
     keycloak_url, secret_file, _ = _keycloak()
     team = TeamFactory(name="ops")
-    SsoGroupMapping.objects.create(provider="keycloak", group="sf-operators", team=team, role=Role.OPERATOR)
     console = keycloak_console.url
+    _map_the_group_on_the_people_page(chromium, console)
+    mapping = SsoGroupMapping.objects.get()
+    assert (mapping.provider, mapping.group, mapping.team, mapping.role) == (
+        "keycloak",
+        "sf-operators",
+        team,
+        "operator",
+    )
+    assert AuditEvent.objects.filter(action="sso_mapping.create").exists()
     seen: list[str] = []
 
     context = chromium.new_context(viewport={"width": 1280, "height": 800})
