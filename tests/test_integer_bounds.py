@@ -78,6 +78,10 @@ INTEGER_ROUTES = {
         "/api/dlq/redrive-policies/{n}/",
         "DELETE /api/dlq/redrive-policies/{n}/",
     ],
+    "api/^sso/group-mappings/(?P<pk>[0-9]+)/$": [
+        "PATCH /api/sso/group-mappings/{n}/",
+        "DELETE /api/sso/group-mappings/{n}/",
+    ],
     "api/dlq/^redrive-policies/(?P<pk>[0-9]+)/pause/$": ["POST /api/dlq/redrive-policies/{n}/pause/"],
     "api/dlq/^redrive-policies/(?P<pk>[0-9]+)/resume/$": ["POST /api/dlq/redrive-policies/{n}/resume/"],
     "api/dlq/^runbooks/(?P<pk>[0-9]+)/$": ["/api/dlq/runbooks/{n}/", "DELETE /api/dlq/runbooks/{n}/"],

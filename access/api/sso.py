@@ -64,6 +64,7 @@ class ProviderSerializer(serializers.Serializer[dict[str, Any]]):
 class GroupMappingViewSet(PeopleErrorsMixin, viewsets.GenericViewSet[SsoGroupMapping]):
     """Group mappings by id (admins)."""
 
+    lookup_value_regex = "[0-9]+"
     serializer_class = GroupMappingSerializer
     pagination_class = None
 
