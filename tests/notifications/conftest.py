@@ -29,12 +29,15 @@ from django.conf import settings as django_settings
 from access.models import Role
 from notifications import channels, delivery, dispatch
 from notifications.models import Channel
+from pipelines.models import MetricSample, PipelineRun, PipelineState
+from pipelines.services import create_pipeline
 from streamforge_core.kafka import Record
 from streamforge_web.celery import app as celery_app
 from streamforge_web.tasks import ping
 from tests.database import child_database_url
 from tests.dlq.conftest import dlq_headers
-from tests.factories import MembershipFactory, TeamFactory, UserFactory
+from tests.factories import MembershipFactory, TeamFactory, UserFactory, member
+from tests.pipelines.conftest import github_spec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -266,3 +269,22 @@ def worker_process(transactional_db, tmp_path, settings, smtp) -> Iterator[Worke
             process.wait(timeout=10)
         redis.Redis.from_url(django_settings.REDIS_URL).delete(queue)
         _route_to(default_queue)
+
+
+@pytest.fixture
+def backlogged(team):
+    """A pipeline of ``team`` with a running run and one stored sample of 150 records sent to its DLQ two
+    seconds ago (DLQBacklog fires above 100 in 15 minutes); returns (pipeline, now_ms)."""
+    pipeline = create_pipeline(
+        actor=member(team, Role.ADMIN), name=f"alerting-{uuid.uuid4().hex[:6]}", team=team, spec=github_spec()
+    )
+    run = PipelineRun.objects.create(
+        pipeline=pipeline, revision=pipeline.current_revision, run_id=uuid.uuid4(), attempt=1,
+        state=PipelineState.RUNNING, host="h",
+    )  # fmt: skip
+    now_ms = int(time.time() * 1000)
+    MetricSample.objects.create(
+        pipeline=pipeline, run=run, batch_id=0, time_ms=now_ms - 2000, duration_ms=10.0, consumed=200,
+        produced=50, filtered=0, dead_lettered=150, dlq_records=150,
+    )  # fmt: skip
+    return pipeline, now_ms

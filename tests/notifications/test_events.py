@@ -28,7 +28,7 @@ from dlq.services import fix_forward
 from notifications import channels
 from notifications.models import Channel, DeliveryAttempt, EventType, Notification
 from pipelines import alerts, supervision
-from pipelines.models import MetricSample, Pipeline, PipelineRun, PipelineState
+from pipelines.models import Pipeline, PipelineRun, PipelineState
 from pipelines.services import create_pipeline, revise_pipeline
 from pipelines.supervision import launcher
 from pipelines.supervision import requests as supervision_requests
@@ -121,40 +121,6 @@ def _the_one_delivery(receiver: Receiver, listeners: Listeners, event_type: str)
 
 
 # ---------------------------------------------------------------------------------------------------- alerts
-
-
-@pytest.fixture
-def backlogged(team, manager):
-    """A pipeline with a running run and one stored sample of 150 records sent to its DLQ two seconds ago
-    (DLQBacklog fires above 100 in 15 minutes); returns (pipeline, now_ms)."""
-    pipeline = create_pipeline(
-        actor=member(team, Role.ADMIN),
-        name=f"alerting-{uuid.uuid4().hex[:6]}",
-        team=team,
-        spec=github_spec(),
-    )
-    run = PipelineRun.objects.create(
-        pipeline=pipeline,
-        revision=pipeline.current_revision,
-        run_id=uuid.uuid4(),
-        attempt=1,
-        state=PipelineState.RUNNING,
-        host="h",
-    )
-    now_ms = int(time.time() * 1000)
-    MetricSample.objects.create(
-        pipeline=pipeline,
-        run=run,
-        batch_id=0,
-        time_ms=now_ms - 2000,
-        duration_ms=10.0,
-        consumed=200,
-        produced=50,
-        filtered=0,
-        dead_lettered=150,
-        dlq_records=150,
-    )
-    return pipeline, now_ms
 
 
 def test_an_alert_that_starts_firing_is_notified_once(backlogged, listen, receiver):

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
-import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -31,8 +29,7 @@ from notifications.models import (
     NotificationState,
 )
 from pipelines import alerts
-from pipelines.models import Alert, MetricSample, PipelineRun, PipelineState
-from pipelines.services import create_pipeline
+from pipelines.models import Alert
 from tests.factories import TeamFactory, member
 from tests.notifications.api_receivers import (
     Answer,
@@ -43,7 +40,6 @@ from tests.notifications.api_receivers import (
     teams_problems,
 )
 from tests.notifications.conftest import GROUP
-from tests.pipelines.conftest import github_spec
 
 ROUTING_KEY = "R0ut1ngKeyOfTheTestServ1ce000042"  # 32 letters and digits
 CONSOLE = "https://streamforge.example.com"
@@ -160,37 +156,6 @@ def test_the_stand_ins_refuse_what_the_real_apis_refuse():
 
 
 # ------------------------------------------------------------------------------------------------ PagerDuty
-
-
-@pytest.fixture
-def backlogged(team):
-    """A running pipeline with 150 records sent to its DLQ two seconds ago (DLQBacklog fires above 100 in
-    15 minutes); returns (pipeline, now_ms)."""
-    pipeline = create_pipeline(
-        actor=member(team, Role.ADMIN), name=f"paging-{uuid.uuid4().hex[:6]}", team=team, spec=github_spec()
-    )
-    run = PipelineRun.objects.create(
-        pipeline=pipeline,
-        revision=pipeline.current_revision,
-        run_id=uuid.uuid4(),
-        attempt=1,
-        state=PipelineState.RUNNING,
-        host="h",
-    )
-    now_ms = int(time.time() * 1000)
-    MetricSample.objects.create(
-        pipeline=pipeline,
-        run=run,
-        batch_id=0,
-        time_ms=now_ms - 2000,
-        duration_ms=10.0,
-        consumed=200,
-        produced=50,
-        filtered=0,
-        dead_lettered=150,
-        dlq_records=150,
-    )
-    return pipeline, now_ms
 
 
 @pytest.mark.django_db(transaction=True)
