@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from access import signals as access_signals
 from dlq import signals as dlq_signals
 from dlq.models import ApprovalKind, ApprovalRequest, BulkAction, FailureGroup, FixForwardScan, RedrivePolicy
 from dlq.services.claims import claims_for
 from notifications import dispatch
 from notifications.dispatch import Event
-from notifications.models import EventType
+from notifications.models import Channel, EventType
 from pipelines import signals as pipeline_signals
 from pipelines.models import Alert, Pipeline, PipelineState
 
@@ -161,6 +162,20 @@ def redrive_paused_event(policy: RedrivePolicy) -> Event:
     )  # fmt: skip
 
 
+def break_glass_event(*, team_id: int, username: str, ip_address: str, at: str) -> Event:
+    """The event, for one team, of the break-glass admin's password sign-in in SSO-only mode: who, from
+    which address, when (``at``, ISO-8601 UTC)."""
+    return Event(
+        type=EventType.BREAK_GLASS,
+        key=f"break_glass:{username}:{at}",
+        team_id=team_id,
+        title=f"Break-glass sign-in: {username}",
+        text=f"{username} signed in with a local password from {ip_address or 'an unknown address'} at {at}, "
+        "while sign-in through the identity provider is required for everyone else",
+        data={"username": username, "ip_address": ip_address, "at": at},
+    )
+
+
 # ------------------------------------------------------------------------------------------------ receivers
 
 
@@ -208,6 +223,18 @@ def on_redrive_paused(sender: Any, *, policy_id: int, **_: Any) -> None:
         dispatch.publish(redrive_paused_event(policy))
 
 
+def on_break_glass_sign_in(sender: Any, *, username: str, ip_address: str, at: str, **_: Any) -> None:
+    """``access.signals.break_glass_sign_in``: every team with an enabled channel subscribed to it is told
+    (the break-glass admin is everyone's admin)."""
+    teams = {
+        channel.team_id
+        for channel in Channel.objects.filter(enabled=True).only("team_id", "events")
+        if EventType.BREAK_GLASS in channel.events
+    }
+    for team_id in sorted(teams):
+        dispatch.publish(break_glass_event(team_id=team_id, username=username, ip_address=ip_address, at=at))
+
+
 def on_bulk_finished(sender: Any, *, bulk_id: int, **_: Any) -> None:
     """``dlq.signals.bulk_finished``."""
     bulk = BulkAction.objects.filter(pk=bulk_id).first()
@@ -226,3 +253,6 @@ def connect() -> None:
     dlq_signals.approval_requested.connect(on_approval_requested, dispatch_uid="notifications.approval")
     dlq_signals.bulk_finished.connect(on_bulk_finished, dispatch_uid="notifications.bulk")
     dlq_signals.redrive_paused.connect(on_redrive_paused, dispatch_uid="notifications.redrive")
+    access_signals.break_glass_sign_in.connect(
+        on_break_glass_sign_in, dispatch_uid="notifications.break_glass"
+    )

@@ -51,6 +51,7 @@ PAGERDUTY_SEVERITY: dict[str, str] = {
     EventType.BULK_FINISHED: "info",
     EventType.FIX_FORWARD: "info",
     EventType.REDRIVE_PAUSED: "warning",
+    EventType.BREAK_GLASS: "warning",
     EventType.TEST: "info",
 }
 PAGERDUTY_SEVERITIES = ("critical", "error", "warning", "info")

@@ -39,6 +39,7 @@ class EventType(models.TextChoices):
     BULK_FINISHED = "bulk.finished", "Bulk action finished"
     FIX_FORWARD = "fix_forward.found", "A new revision now passes parked dead letters"
     REDRIVE_PAUSED = "redrive.paused", "A redrive policy paused itself"
+    BREAK_GLASS = "auth.break_glass_sign_in", "The break-glass admin signed in"
     TEST = "test", "Test message"
 
 

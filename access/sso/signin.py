@@ -20,9 +20,11 @@ from typing import Any
 from allauth.socialaccount.models import SocialLogin
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import transaction
 from django.http import HttpRequest
+from django.utils import timezone
 
-from access import audit
+from access import audit, signals
 from access.middleware import acting_as_system
 from access.sso.backends import SSO_SESSION_KEY, is_break_glass
 from access.sso.config import OidcProvider
@@ -97,7 +99,8 @@ def complete_sign_in(
 
 def audit_password_sign_in(sender: Any, request: HttpRequest | None, user: User, **kwargs: Any) -> None:
     """Receiver of ``user_logged_in``: a password sign-in of the break-glass admin in SSO-only mode is
-    audited (``auth.break_glass_sign_in``, with the client address) and logged at WARNING."""
+    audited (``auth.break_glass_sign_in``, with the client address), logged at WARNING and announced
+    (``access.signals.break_glass_sign_in``: every team's channels subscribed to it are notified)."""
     from access.throttling import client_ip
 
     if request is None or getattr(request, SSO_REQUEST_FLAG, False):
@@ -114,3 +117,5 @@ def audit_password_sign_in(sender: Any, request: HttpRequest | None, user: User,
         details={"username": user.get_username(), "ip_address": address},
     )
     logger.warning("break-glass sign-in: %s signed in with a local password from %s", user, address)
+    payload = {"username": user.get_username(), "ip_address": address, "at": timezone.now().isoformat()}
+    transaction.on_commit(lambda: signals.break_glass_sign_in.send_robust(sender=None, **payload))

@@ -16,6 +16,8 @@ from django.core.management import call_command
 from django.test import Client
 
 from access.models import AuditEvent, Role, SsoGroupMapping
+from notifications import channels, dispatch
+from notifications.models import Notification
 from tests.factories import PASSWORD, TeamFactory, UserFactory
 from tests.sso.idp import CLIENT_ID, CLIENT_SECRET, ISSUER
 
@@ -37,11 +39,30 @@ def test_sso_only_mode_refuses_local_passwords(sso_only):
     assert "_auth_user_id" not in client.session
 
 
-def test_the_break_glass_admin_still_signs_in_with_a_password_audited_and_logged(sso_only, caplog):
+def test_the_break_glass_admin_still_signs_in_with_a_password_audited_logged_and_notified(
+    sso_only, caplog, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    settings.NOTIFY_ALLOW_PRIVATE_TARGETS = True
+    monkeypatch.setattr(dispatch, "enqueue_delivery", lambda notification_id: None)
+    watching, quiet = TeamFactory(name="security"), TeamFactory(name="quiet")
+    for team, events in ((watching, ["auth.break_glass_sign_in"]), (quiet, ["bulk.finished"])):
+        channels.create_channel(
+            actor=UserFactory(is_superuser=True), team=team, name="hook", kind="webhook", events=events,
+            url="http://127.0.0.1:9/hook",
+        )  # fmt: skip
     root = UserFactory(username="root", is_superuser=True)
     client = Client()
-    with caplog.at_level(logging.WARNING, logger="streamforge.sso"):
+    with (
+        caplog.at_level(logging.WARNING, logger="streamforge.sso"),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
         assert client.post("/login/", {"username": "root", "password": PASSWORD}).status_code == 302
+    [sent] = Notification.objects.filter(event_type="auth.break_glass_sign_in")
+    assert (sent.channel.team, sent.title, sent.data["username"]) == (
+        watching,
+        "Break-glass sign-in: root",
+        "root",
+    )
     assert client.session["_auth_user_id"] == str(root.pk)
     event = AuditEvent.objects.get(action="auth.break_glass_sign_in")
     assert event.actor_id == root.pk
