@@ -20,6 +20,7 @@ import sys
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from allauth.socialaccount.models import SocialAccount
@@ -133,7 +134,7 @@ def keycloak_admin():
 
 def _map_the_group_on_the_people_page(chromium, console_url: str) -> None:
     """As an admin (a real session), map Keycloak's sf-operators to the operator role in ops on /people/."""
-    admin = UserFactory(username="root", is_superuser=True)
+    admin: Any = UserFactory(username="root", is_superuser=True)
     client = Client()
     client.force_login(admin)
     context = chromium.new_context(base_url=console_url)
