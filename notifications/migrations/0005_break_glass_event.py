@@ -4,20 +4,49 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('notifications', '0004_redrive_paused_event'),
+        ("notifications", "0004_redrive_paused_event"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='digestwindow',
-            name='event_type',
-            field=models.CharField(choices=[('alert.firing', 'Alert firing'), ('alert.resolved', 'Alert resolved'), ('failure_group.created', 'New failure group'), ('pipeline.halted', 'Pipeline halted'), ('pipeline.failed', 'Pipeline failed'), ('approval.waiting', 'Approval waiting'), ('bulk.finished', 'Bulk action finished'), ('fix_forward.found', 'A new revision now passes parked dead letters'), ('redrive.paused', 'A redrive policy paused itself'), ('auth.break_glass_sign_in', 'The break-glass admin signed in'), ('test', 'Test message')], max_length=32),
+            model_name="digestwindow",
+            name="event_type",
+            field=models.CharField(
+                choices=[
+                    ("alert.firing", "Alert firing"),
+                    ("alert.resolved", "Alert resolved"),
+                    ("failure_group.created", "New failure group"),
+                    ("pipeline.halted", "Pipeline halted"),
+                    ("pipeline.failed", "Pipeline failed"),
+                    ("approval.waiting", "Approval waiting"),
+                    ("bulk.finished", "Bulk action finished"),
+                    ("fix_forward.found", "A new revision now passes parked dead letters"),
+                    ("redrive.paused", "A redrive policy paused itself"),
+                    ("auth.break_glass_sign_in", "The break-glass admin signed in"),
+                    ("test", "Test message"),
+                ],
+                max_length=32,
+            ),
         ),
         migrations.AlterField(
-            model_name='notification',
-            name='event_type',
-            field=models.CharField(choices=[('alert.firing', 'Alert firing'), ('alert.resolved', 'Alert resolved'), ('failure_group.created', 'New failure group'), ('pipeline.halted', 'Pipeline halted'), ('pipeline.failed', 'Pipeline failed'), ('approval.waiting', 'Approval waiting'), ('bulk.finished', 'Bulk action finished'), ('fix_forward.found', 'A new revision now passes parked dead letters'), ('redrive.paused', 'A redrive policy paused itself'), ('auth.break_glass_sign_in', 'The break-glass admin signed in'), ('test', 'Test message')], max_length=32),
+            model_name="notification",
+            name="event_type",
+            field=models.CharField(
+                choices=[
+                    ("alert.firing", "Alert firing"),
+                    ("alert.resolved", "Alert resolved"),
+                    ("failure_group.created", "New failure group"),
+                    ("pipeline.halted", "Pipeline halted"),
+                    ("pipeline.failed", "Pipeline failed"),
+                    ("approval.waiting", "Approval waiting"),
+                    ("bulk.finished", "Bulk action finished"),
+                    ("fix_forward.found", "A new revision now passes parked dead letters"),
+                    ("redrive.paused", "A redrive policy paused itself"),
+                    ("auth.break_glass_sign_in", "The break-glass admin signed in"),
+                    ("test", "Test message"),
+                ],
+                max_length=32,
+            ),
         ),
     ]
