@@ -152,7 +152,7 @@ def summary_ms(values: Sequence[float]) -> dict[str, float]:
 def density_targets(
     pss_mean_mb: float | None, running: int | None, console_p95_ms: float | None
 ) -> list[dict[str, Any]]:
-    """Issue #29's three density goals in the shape of ``bench.stats.targets``: ``name``, ``required``,
+    """Issue #29's three density goals in the shape of ``bench.goals.engine_goals``: ``name``, ``required``,
     ``actual``, ``ratio`` (actual / required) and ``met`` (None when not measured): at most ``BUDGET_MB``
     PSS per pipeline (the mean: the host's share per pipeline), at least ``GOAL_RUNNING`` pipelines RUNNING
     together, console p95 at most ``CONSOLE_P95_MS``."""

@@ -9,9 +9,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench import history
 from bench.common import STREAMFORGE_RUST_MSGS_PER_S, Measurement
+from bench.goals import VS_PYTHON_LOOP, VS_SPARK_COPY, engine_goals
 from bench.registry_pipeline import AVRO_VS_JSON_GOAL
-from bench.stats import ratio, targets
+from bench.stats import ratio
 
 #: The configuration the targets are judged on: the default delivery mode with issue #3's two destinations.
 HEADLINE = ("spark_pipeline", "at_least_once/2dest")
@@ -24,12 +26,14 @@ def _find(measurements: list[Measurement], scenario: str, variant: str | None = 
     return None
 
 
-def summarize(measurements: list[Measurement]) -> dict[str, Any]:
+def summarize(measurements: list[Measurement], meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """Ratios and targets: ``headline`` (our records/s in the HEADLINE configuration), ``raw_copy``,
     ``python_loop`` (records/s), ``ratios`` per Spark variant (ours / raw copy, ours / Python loop, ours /
-    Rust engine), ``targets`` (see ``bench.stats.targets``, then the density goals of
-    ``bench.density.density_targets`` when the density row was measured) and ``density`` (that row's
-    figures, or None)."""
+    Rust engine, ours / Spark's copy), ``targets`` (issue #34's engine goals, ``bench.goals.engine_goals``,
+    judged with the run's backlog and latency rate from ``meta``; then the density goals of
+    ``bench.density.density_targets`` when the density row was measured, and the registry goal) and
+    ``density`` (that row's figures, or None)."""
+    meta = meta or {}
     raw = _find(measurements, "raw_copy")
     loop = _find(measurements, "python_loop")
     ours = _find(measurements, *HEADLINE)
@@ -57,7 +61,9 @@ def summarize(measurements: list[Measurement]) -> dict[str, Any]:
         "spark_copy_records_per_s": ceiling_rate,
         "streamforge_rust_msgs_per_s": STREAMFORGE_RUST_MSGS_PER_S,
         "ratios": ratios,
-        "targets": targets(ours_rate, raw_rate, loop_rate, STREAMFORGE_RUST_MSGS_PER_S)
+        "targets": engine_goals(
+            measurements, records=meta.get("records"), latency_rate=meta.get("latency_rate")
+        )
         + (density.extra.get("targets", []) if density else [])
         + (registry_targets(avro, _find(measurements, "registry_pipeline", "json")) if avro else []),
         "density": density.extra if density else None,
@@ -66,7 +72,7 @@ def summarize(measurements: list[Measurement]) -> dict[str, Any]:
 
 def registry_targets(avro: Measurement, json_row: Measurement | None) -> list[dict[str, Any]]:
     """Issue #31's goal for the ``registry_pipeline`` rows: the Avro source's records/s at least
-    ``AVRO_VS_JSON_GOAL`` of the JSON source's on the same records (same entry shape as ``stats.targets``)."""
+    ``AVRO_VS_JSON_GOAL`` of the JSON source's on the same records (same entry shape as ``goals.engine_goals``)."""
     reference = json_row.records_per_s if json_row else None
     required = AVRO_VS_JSON_GOAL * reference if reference else None
     ours = avro.records_per_s
@@ -87,21 +93,36 @@ def _fmt(value: float | None, suffix: str = "") -> str:
     return f"{value:,.0f}{suffix}" if abs(value) >= 10 else f"{value:,.2f}{suffix}"
 
 
+def _unit(goal: dict[str, Any]) -> str:
+    return f" {goal['unit']}" if goal.get("unit") and goal["unit"] != "records/s" else ""
+
+
 def _met(flag: bool | None) -> str:
     return {True: "**met**", False: "**missed**", None: "not measured"}[flag]
 
 
-def write(out_dir: Path, measurements: list[Measurement], meta: dict[str, Any]) -> dict[str, Any]:
-    """Write report.json, report.md and the plots into ``out_dir``; returns the summary."""
+def write(
+    out_dir: Path, measurements: list[Measurement], meta: dict[str, Any], *, keep_history: bool = False
+) -> dict[str, Any]:
+    """Write report.json, report.md and the plots into ``out_dir``; returns the summary. The report shows the
+    earlier runs' headline figures (``bench.history``); ``keep_history`` also adds this run's to them (a
+    fresh run does; rebuilding an old report does not)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary = summarize(measurements)
+    summary = summarize(measurements, meta)
+    earlier = history.read()
+    current = history.entry(measurements, meta)
+    summary["history_entry"] = current
     plots = _plots(out_dir, measurements, summary)
     (out_dir / "report.json").write_text(
         json.dumps(
             {"meta": meta, "summary": summary, "measurements": [m.to_json() for m in measurements]}, indent=2
         )
     )
-    (out_dir / "report.md").write_text(_markdown(measurements, meta, summary, plots))
+    (out_dir / "report.md").write_text(
+        _markdown(measurements, meta, summary, plots) + "\n" + "\n".join(history.markdown(earlier, current))
+    )
+    if keep_history:
+        history.append(current)
     return summary
 
 
@@ -120,8 +141,9 @@ def _markdown(
         f"Load average (1 min) during the run: min {meta['load']['min']}, median {meta['load']['median']}, "
         f"max {meta['load']['max']} (other work shares this machine; see each row's load).",
         "",
-        "## Targets",
+        "## Goals",
         "",
+        "Issue #34's engine goals, then issue #29's density goals and issue #31's registry goal. "
         f"Throughput judged on our pipeline in `{summary['headline']['variant']}` "
         f"({_fmt(summary['headline']['records_per_s'], ' records/s')}); density (MB, pipelines, ms) on the "
         "`density` row (below).",
@@ -131,7 +153,7 @@ def _markdown(
     ]
     for t in summary["targets"]:
         lines.append(
-            f"| {t['name']} | {_fmt(t['required'])} | {_fmt(t['actual'])} | "
+            f"| {t['name']} | {_fmt(t['required'], _unit(t))} | {_fmt(t['actual'], _unit(t))} | "
             f"{'-' if t['ratio'] is None else t['ratio']} | {_met(t['met'])} |"
         )
     lines += [
@@ -303,12 +325,16 @@ def _plots(out_dir: Path, measurements: list[Measurement], summary: dict[str, An
         ax.axvline(
             STREAMFORGE_RUST_MSGS_PER_S, color="#c53030", linestyle="--", label="StreamForge Rust ~35k"
         )
-        raw = summary["raw_copy_records_per_s"]
+        copy = summary["spark_copy_records_per_s"]
         loop = summary["python_loop_records_per_s"]
-        if raw:
-            ax.axvline(raw / 2, color="#555555", linestyle=":", label="50% of raw copy")
+        if copy:
+            ax.axvline(
+                copy * VS_SPARK_COPY, color="#555555", linestyle=":", label=f"{VS_SPARK_COPY}x Spark's copy"
+            )
         if loop:
-            ax.axvline(loop * 3, color="#d9822b", linestyle=":", label="3x Python loop")
+            ax.axvline(
+                loop * VS_PYTHON_LOOP, color="#d9822b", linestyle=":", label=f"{VS_PYTHON_LOOP}x Python loop"
+            )
         ax.invert_yaxis()
         ax.set_xlabel("records/s (1 KB records)")
         ax.set_title("Sustained throughput")

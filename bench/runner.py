@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         "load": sampler.stop(),
         "python": sys.version.split()[0],
     }
-    summary = report.write(out_dir, measurements, meta)
+    summary = report.write(out_dir, measurements, meta, keep_history=True)
     print(f"report: {out_dir / 'report.md'}")
     for target in summary["targets"]:
         print(f"  {target['name']}: required {target['required']}, ours {target['actual']} -> "

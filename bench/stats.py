@@ -1,4 +1,4 @@
-"""The benchmark's pure arithmetic: percentiles, sustained rates, ratios and the targets of issue #8.
+"""The benchmark's pure arithmetic: percentiles, sustained rates and ratios.
 
 No I/O here, so it is unit-tested (``tests/bench/test_stats.py``).
 """
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -68,31 +67,3 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     if numerator is None or denominator is None or denominator == 0 or math.isnan(numerator):
         return None
     return round(numerator / denominator, 2)
-
-
-def targets(
-    ours: float | None, raw_copy: float | None, python_loop: float | None, rust: float
-) -> list[dict[str, Any]]:
-    """Issue #8's three targets for our records/s: at least 3x the Python loop, at least 50% of the raw copy,
-    above the StreamForge Rust engine's ``rust`` msg/s. Each entry: ``name``, ``required`` (records/s),
-    ``actual`` (records/s), ``ratio`` (ours / reference), ``met`` (True/False, None when not measured)."""
-    rows = [
-        ("at least 3x the Python loop", 3 * python_loop if python_loop else None, python_loop, False),
-        ("at least 50% of the raw Kafka copy", 0.5 * raw_copy if raw_copy else None, raw_copy, False),
-        ("above the StreamForge Rust engine", float(rust), float(rust), True),
-    ]
-    out: list[dict[str, Any]] = []
-    for name, required, reference, strict in rows:
-        met: bool | None = None
-        if ours is not None and required is not None and not math.isnan(ours):
-            met = ours > required if strict else ours >= required
-        out.append(
-            {
-                "name": name,
-                "required": None if required is None else round(required),
-                "actual": None if ours is None or math.isnan(ours) else round(ours),
-                "ratio": ratio(ours, reference),
-                "met": met,
-            }
-        )
-    return out

@@ -1,12 +1,14 @@
-"""The benchmark's pure arithmetic: percentiles, sustained rates, ratios and the issue #8 targets."""
+"""The benchmark's pure arithmetic: percentiles, sustained rates, ratios, issue #34's goals and the runs' history."""
 
 import math
 
 import pytest
 
+from bench import history
 from bench.common import Measurement
+from bench.goals import engine_goals
 from bench.report import summarize
-from bench.stats import latency_summary, median, percentile, ratio, sustained_rate, targets
+from bench.stats import latency_summary, median, percentile, ratio, sustained_rate
 
 
 def test_percentile_interpolates_like_numpy():
@@ -60,22 +62,68 @@ def test_ratio():
     assert ratio(math.nan, 3) is None
 
 
-def test_targets_met_and_missed():
-    rows = {t["name"]: t for t in targets(ours=40_000, raw_copy=100_000, python_loop=10_000, rust=35_000)}
-    loop, raw, rust = (
-        rows["at least 3x the Python loop"],
-        rows["at least 50% of the raw Kafka copy"],
-        rows["above the StreamForge Rust engine"],
+def _run(**rates) -> list[Measurement]:
+    names = {
+        "alo2": ("spark_pipeline", "at_least_once/2dest"),
+        "eos2": ("spark_pipeline", "effectively_once/2dest"),
+        "copy": ("spark_reference", "Kafka -> Kafka copy"),
+        "loop": ("python_loop", "2dest"),
+    }
+    return [Measurement(*names[k], records_per_s=v) for k, v in rates.items()]
+
+
+def test_engine_goals_met_and_missed():
+    run = _run(alo2=36_000, eos2=30_000, copy=58_000, loop=26_000)
+    run[0].latency_ms = {"p50": 350.0, "p99": 1200.0}
+    run[0].extra = {"startup_s": 7.0}
+    run[1].extra = {"startup_s": 9.5}
+    goals = engine_goals(run, records=200_000, latency_rate=2000)
+    assert [g["met"] for g in goals] == [True, True, True, False, False, False, None]
+    vs_copy, vs_loop, p50, p99, eos, launch, restart = goals
+    assert (vs_copy["required"], vs_copy["ratio"]) == (34_800, 0.62)
+    assert (vs_loop["required"], vs_loop["ratio"]) == (33_800, 1.38)
+    assert (p50["actual"], p99["actual"], p99["unit"]) == (350.0, 1200.0, "ms")
+    assert (eos["required"], eos["actual"], eos["ratio"]) == (30_600, 30_000, 0.83)
+    assert (launch["actual"], launch["unit"]) == (8.2, "s")  # the median of 7.0 and 9.5
+    assert "median of 2 fresh drivers; the goal asks for 5" in launch["name"]
+    assert restart["actual"] is None
+
+
+def test_engine_goals_say_what_a_run_did_not_measure():
+    goals = engine_goals(_run(alo2=36_000), records=20_000, latency_rate=1000)
+    assert [g["met"] for g in goals] == [None] * 7
+    assert "(this run: 20,000 records)" in goals[0]["name"]
+    assert "(not judged: this run offered 1,000/s)" in goals[2]["name"]
+
+
+def test_the_history_keeps_each_run_and_the_report_shows_the_earlier_ones(tmp_path):
+    path = tmp_path / "history.jsonl"
+    meta = {"started": "2026-11-27T18:00:00Z", "quick": False, "records": 200_000, "load": {"median": 2.1},
+            "latency_rate": 2000}  # fmt: skip
+    first = history.entry(_run(alo2=22_936.4, copy=58_754, loop=26_441), meta)
+    assert (first["at_least_once/2dest"], first["spark_copy"], first["effectively_once/2dest"]) == (
+        22_936,
+        58_754,
+        None,
     )
-    assert (loop["required"], loop["met"], loop["ratio"]) == (30_000, True, 4.0)
-    assert (raw["required"], raw["met"], raw["ratio"]) == (50_000, False, 0.4)
-    assert (rust["required"], rust["met"], rust["ratio"]) == (35_000, True, 1.14)
+    history.append(first, path)
+    second = history.entry(_run(alo2=30_000), meta | {"started": "2026-11-28T09:00:00Z"})
+    history.append(second, path)
+    assert [line["started"] for line in history.read(path)] == [
+        "2026-11-27T18:00:00Z",
+        "2026-11-28T09:00:00Z",
+    ]
+    table = history.markdown(history.read(path)[:1], second)
+    assert table[0] == "## History"
+    assert "| 2026-11-27T18:00:00Z | full | 200,000 | 2.1 | 22,936 |" in table[-3]
+    assert table[-2].startswith("| **2026-11-28T09:00:00Z (this run)** | full | 200,000 | 2.1 | 30,000 |")
+    assert history.read(tmp_path / "none.jsonl") == []
 
 
-def test_targets_strictly_above_rust_and_unmeasured():
-    rows = targets(ours=35_000, raw_copy=None, python_loop=None, rust=35_000)
-    assert [t["met"] for t in rows] == [None, None, False]
-    assert all(t["met"] is None for t in targets(ours=None, raw_copy=1.0, python_loop=1.0, rust=35_000))
+def test_the_kept_history_reads():
+    lines = history.read()
+    assert lines, "bench/results/history.jsonl holds at least the run issue #34 quotes"
+    assert all("started" in line and "at_least_once/2dest" in line for line in lines)
 
 
 def test_summary_uses_the_headline_variant():
@@ -96,4 +144,5 @@ def test_summary_uses_the_headline_variant():
         "vs_spark_copy": 0.5,
     }
     assert summary["spark_copy_records_per_s"] == 40_000
-    assert [t["met"] for t in summary["targets"]] == [False, False, False]
+    assert [t["met"] for t in summary["targets"]][:2] == [False, True]  # 0.5x the copy; 2.0x the loop
+    assert summary["targets"][1]["ratio"] == 2.0
