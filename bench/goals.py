@@ -6,8 +6,9 @@
 - the headline's latency p50 at most 400 ms and p99 at most 1,000 ms at 2,000 records/s offered (judged only
   when the run offered that rate);
 - ``effectively_once/2dest`` within 15% of ``at_least_once/2dest`` (at least 0.85x its records/s);
-- launch to running at most 8 s: the median, over the run's fresh Spark drivers (one per ``spark_pipeline``
-  row; the goal asks for at least 5), of the time from launching the driver to its first micro-batch starting;
+- launch to RUNNING at most 8 s: the median of the ``startup`` row's fresh drivers (5; quick: 2), from launching
+  the driver to its query running (``bench.startup``); without that row, the median over the
+  ``spark_pipeline`` rows' fresh drivers of launch to their first micro-batch starting, said so;
 - restart-to-apply to running at most 15 s: not measured by ``make bench`` yet (said so in the report).
 
 Each goal is a dict: ``name``, ``required`` and ``actual`` (in ``unit``), ``ratio`` (actual / the reference
@@ -78,11 +79,22 @@ def engine_goals(
         "" if at_rate or latency_rate is None else f" (not judged: this run offered {latency_rate:,.0f}/s)"
     )
     latency = headline.latency_ms if headline is not None and at_rate else {}
-    starts = [
-        float(m.extra["startup_s"])
-        for m in measurements
-        if m.scenario == "spark_pipeline" and m.status == "measured" and m.extra.get("startup_s") is not None
-    ]
+    startup = find("startup", "at_least_once/2dest, launch to RUNNING")
+    if startup is not None:
+        starts = [float(s) for s in startup.extra["running_s"]]
+        launch_name = f"launch to RUNNING at most {LAUNCH_S:.0f} s (median of {len(starts)} fresh drivers)"
+    else:
+        starts = [
+            float(m.extra["startup_s"])
+            for m in measurements
+            if m.scenario == "spark_pipeline"
+            and m.status == "measured"
+            and m.extra.get("startup_s") is not None
+        ]
+        launch_name = (
+            f"launch to first batch at most {LAUNCH_S:.0f} s (no startup row: median of {len(starts)} "
+            f"spark_pipeline drivers; the goal asks for {GOAL_STARTS} starts)"
+        )
     launch = statistics.median(starts) if starts else None
     return [
         _goal(f"at_least_once/2dest at least {VS_SPARK_COPY}x Spark's own Kafka copy{backlog}",
@@ -95,8 +107,7 @@ def engine_goals(
               P99_MS, latency.get("p99"), at_most=True, unit="ms"),
         _goal(f"effectively_once/2dest within {1 - EFFECTIVELY_ONCE_SHARE:.0%} of at_least_once/2dest",
               EFFECTIVELY_ONCE_SHARE * ours if ours else None, eos, reference=ours),
-        _goal(f"launch to first batch at most {LAUNCH_S:.0f} s (median of {len(starts)} fresh drivers; "
-              f"the goal asks for {GOAL_STARTS})", LAUNCH_S, launch, at_most=True, unit="s"),
+        _goal(launch_name, LAUNCH_S, launch, at_most=True, unit="s"),
         _goal(f"restart-to-apply to running at most {RESTART_TO_APPLY_S:.0f} s (not measured by make bench)",
               RESTART_TO_APPLY_S, None, at_most=True, unit="s"),
     ]  # fmt: skip

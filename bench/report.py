@@ -105,11 +105,11 @@ def write(
     out_dir: Path, measurements: list[Measurement], meta: dict[str, Any], *, keep_history: bool = False
 ) -> dict[str, Any]:
     """Write report.json, report.md and the plots into ``out_dir``; returns the summary. The report shows the
-    earlier runs' headline figures (``bench.history``); ``keep_history`` also adds this run's to them (a
-    fresh run does; rebuilding an old report does not)."""
+    earlier runs' headline figures (``bench.history``); ``keep_history`` also adds this run's to them when it
+    measured the headline (a fresh run does; rebuilding an old report, or a run of other scenarios, does not)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = summarize(measurements, meta)
-    earlier = history.read()
+    earlier = history.read(history.HISTORY)
     current = history.entry(measurements, meta)
     summary["history_entry"] = current
     plots = _plots(out_dir, measurements, summary)
@@ -121,8 +121,8 @@ def write(
     (out_dir / "report.md").write_text(
         _markdown(measurements, meta, summary, plots) + "\n" + "\n".join(history.markdown(earlier, current))
     )
-    if keep_history:
-        history.append(current)
+    if keep_history and current["at_least_once/2dest"] is not None:  # a run that measured the headline
+        history.append(current, history.HISTORY)
     return summary
 
 
@@ -169,7 +169,7 @@ def _markdown(
         "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for m in measurements:
-        if m.scenario in ("dlq_console", "density") or m.status != "measured":
+        if m.scenario in ("dlq_console", "density", "startup") or m.status != "measured":
             continue
         r = summary["ratios"].get(m.variant, {}) if m.scenario == "spark_pipeline" else {}
         lines.append(
@@ -204,6 +204,16 @@ def _markdown(
                 f"| {m.variant} | {e.get('startup_s')} | {e.get('first_batch_s')} | "
                 f"{_fmt(e.get('in_batch_records_per_s'))} | {', '.join(f'{b:,.0f}' for b in e.get('batch_ms', []))} |"
             )
+    started = _find(measurements, "startup")
+    if started is not None:
+        e = started.extra
+        lines += [
+            "",
+            f"Start-up (`startup`): {len(e['running_s'])} fresh drivers of at_least_once/2dest, one after the other. "
+            f"Launch to RUNNING (the query started, after the warm-up): {', '.join(f'{s:.1f}' for s in e['running_s'])} s "
+            f"(median {e['median_running_s']:.1f} s); launch to the first records delivered: "
+            f"{', '.join(f'{s:.1f}' for s in e['first_records_s'])} s (median {e['median_first_records_s']:.1f} s).",
+        ]
     sized = [m for m in measurements if m.scenario == "linearity" and m.status == "measured"]
     if sized:
         rates = [m.records_per_s for m in sized if m.records_per_s]

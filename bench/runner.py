@@ -29,6 +29,7 @@ from bench import (
     report,
     spark_pipeline,
     spark_reference,
+    startup,
 )
 from bench.common import (
     REPO,
@@ -49,6 +50,7 @@ SCENARIOS: dict[str, ModuleType] = {
         raw_copy,
         python_loop,
         spark_pipeline,
+        startup,
         spark_reference,
         registry_pipeline,
         linearity,

@@ -43,12 +43,14 @@ _SHORT = {"at_least_once": "alo", "effectively_once": "eos", "at_most_once": "am
 
 
 class ProgressReader:
-    """Reads one run's progress events from the Redis stream, incrementally (the stream is shared and long:
-    each poll reads only what arrived since the previous one)."""
+    """Reads one run's progress events (``types``: also ``started``, the driver's RUNNING) from the Redis
+    stream, incrementally (the stream is shared and long: each poll reads only what arrived since the
+    previous one)."""
 
-    def __init__(self, redis_url: str, run_id: str) -> None:
+    def __init__(self, redis_url: str, run_id: str, types: tuple[str, ...] = ("progress",)) -> None:
         self.client = redis_client.connect(redis_url)
         self.run_id = run_id
+        self.types = types
         last: Any = self.client.xrevrange(c.PROGRESS_STREAM, count=1)
         self.cursor = last[0][0].decode() if last else "0-0"
         self.events: list[dict[str, Any]] = []
@@ -62,12 +64,12 @@ class ProgressReader:
             for entry_id, fields in entries:
                 self.cursor = entry_id.decode()
                 event = json.loads(fields[b"event"])
-                if event.get("run_id") == self.run_id and event.get("type") == "progress":
+                if event.get("run_id") == self.run_id and event.get("type") in self.types:
                     self.events.append(event)
 
     def consumed(self) -> int:
         """Records consumed by the run so far."""
-        return sum(e["consumed"] for e in self.poll())
+        return sum(e["consumed"] for e in self.poll() if e.get("type") == "progress")
 
 
 def sustained_from_progress(events: list[dict[str, Any]], total: int) -> tuple[float, float]:
