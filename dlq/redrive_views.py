@@ -25,12 +25,11 @@ from dlq.services import redrive
 from dlq.services.errors import Conflict, InvalidRequest
 from pipelines.models import Pipeline
 
-#: Form fields that are settings (the create and edit forms post them as text).
-_SETTING_FIELDS = redrive.SETTING_NAMES
-
 
 def _posted_settings(request: HttpRequest) -> dict[str, Any]:
-    data: dict[str, Any] = {name: request.POST[name] for name in _SETTING_FIELDS if name in request.POST}
+    data: dict[str, Any] = {
+        name: request.POST[name] for name in redrive.SETTING_NAMES if name in request.POST
+    }
     if "error_types" in request.POST:
         data["error_types"] = [t for t in request.POST.getlist("error_types") if t]
     return data

@@ -39,7 +39,6 @@ from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
@@ -744,9 +743,3 @@ def tick(*, now: datetime | None = None) -> TickResult:
 def runs_of(policy: RedrivePolicy, *, limit: int = 50) -> list[BulkAction]:
     """The policy's latest runs, newest first."""
     return list(policy.runs.order_by("-created_at", "-id")[:limit])
-
-
-def require_visible(user: AnyUser, policy: RedrivePolicy) -> None:
-    """Raises PermissionDenied unless ``user`` may see the policy's team."""
-    if not visible_teams(user).filter(pk=policy.team_id).exists():
-        raise PermissionDenied("not a member of this policy's team")
