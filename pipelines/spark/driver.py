@@ -196,6 +196,54 @@ def topic_limits(admin: AdminClient, topics: list[str]) -> dict[str, int]:
     return limits
 
 
+def writer_config(
+    spec: PipelineSpec,
+    *,
+    pipeline: str,
+    revision: int,
+    kafka: KafkaConnection,
+    limits: dict[str, int],
+    registry: RegistryConnection | None = None,
+    replay_key: bytes = b"",
+) -> WriterConfig:
+    """What the writer of ``spec``'s micro-batches needs (``pipelines.spark.writer.WriterConfig``).
+
+    ``limits``: ``max.message.bytes`` per destination and DLQ topic (``topic_limits``); KeyError when one is
+    missing. ``replay_key``: the installation's replay signing key (empty: no replay header counts).
+    """
+    return WriterConfig(
+        pipeline=pipeline,
+        revision=revision,
+        kafka=kafka,
+        mode=spec.delivery.mode,
+        consumer_group=spec.source.consumer_group,
+        destinations=tuple(
+            DestinationInfo(
+                d.name,
+                d.topic,
+                d.filter,
+                d.transform,
+                limits[d.topic],
+                format=d.format,
+                subject=d.subject,
+                passthrough=spec.source.uses_registry and d.transform is None,
+            )
+            for d in spec.destinations
+        ),
+        dlq_topic=spec.dlq.topic,
+        dlq_max_message_bytes=limits[spec.dlq.topic],
+        include_original_headers=spec.dlq.include_original_headers,
+        include_stack_trace=spec.dlq.include_stack_trace,
+        max_dlq_retries=spec.dlq.max_dlq_retries,
+        retry=spec.retry,
+        replay_key=replay_key,
+        # The plan's deser_error is exact for a registry source (the decoder's reason), and its values are not
+        # JSON text for the evaluator's decoder to check again.
+        check_deserialization=not spec.source.uses_registry,
+        registry=registry,
+    )
+
+
 def enrich(
     source: DataFrame,
     spec: PipelineSpec,
@@ -586,36 +634,14 @@ class Driver:
             threading.Thread(target=self._watch_fence, name="fence-watchdog", daemon=True).start()
         preflight(options.kafka, spec, options.registry)
         limits = topic_limits(self.admin, [*spec.source.topics, *spec.output_topics()])
-        self.writer_config = WriterConfig(
+        self.writer_config = writer_config(
+            spec,
             pipeline=options.pipeline,
             revision=options.revision,
             kafka=options.kafka,
-            mode=spec.delivery.mode,
-            consumer_group=spec.source.consumer_group,
-            destinations=tuple(
-                DestinationInfo(
-                    d.name,
-                    d.topic,
-                    d.filter,
-                    d.transform,
-                    limits[d.topic],
-                    format=d.format,
-                    subject=d.subject,
-                    passthrough=spec.source.uses_registry and d.transform is None,
-                )
-                for d in spec.destinations
-            ),
-            dlq_topic=spec.dlq.topic,
-            dlq_max_message_bytes=limits[spec.dlq.topic],
-            include_original_headers=spec.dlq.include_original_headers,
-            include_stack_trace=spec.dlq.include_stack_trace,
-            max_dlq_retries=spec.dlq.max_dlq_retries,
-            retry=spec.retry,
-            replay_key=os.environ.get(replay_signing.KEY_ENV, "").encode(),
-            # The plan's deser_error is exact for a registry source (the decoder's reason), and its values
-            # are not JSON text for the evaluator's decoder to check again.
-            check_deserialization=not spec.source.uses_registry,
+            limits=limits,
             registry=options.registry,
+            replay_key=os.environ.get(replay_signing.KEY_ENV, "").encode(),
         )
         self.session = build_session(
             app_name=f"streamforge-{options.pipeline}-r{options.revision}",

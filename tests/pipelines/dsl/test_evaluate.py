@@ -84,7 +84,7 @@ def events() -> list[dict[str, Any]]:
         (b'{"a": -Infinity}', "invalid JSON"),
         (b'{"a": 1e400}', "out of range"),
         (b'"\\ud800"', "surrogate"),
-        (b"\xef\xbb\xbf{}", "invalid JSON"),
+        (b"\xef\xbb\xbf{}", "invalid JSON: Unexpected UTF-8 BOM"),
         (b"{} {}", "invalid JSON"),
     ],
 )
