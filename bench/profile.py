@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -28,7 +29,8 @@ import psutil
 
 from bench.common import Services, Topics, load1, one_kb_records, pipeline_spec, produce_records
 from bench.spark_pipeline import ProgressReader
-from pipelines.spark.session import CONF_ENV
+from pipelines.spark.class_archive import DRIVER_JAVA_OPTIONS
+from pipelines.spark.session import CONF_ENV, sizing_conf
 from tests.pipelines.spark.harness import DriverProcess
 
 
@@ -141,6 +143,16 @@ def hot_methods(path: Path, top: int = 40) -> dict[str, Any]:
     }
 
 
+def _driver_conf(java_options: str) -> dict[str, str]:
+    """Spark conf over the driver's own: the UI on (the stage metrics come from it), and ``java_options``
+    after the sizing's JVM options when given."""
+    conf = {"spark.ui.enabled": "true"}
+    if java_options:
+        sizing = sizing_conf(os.environ).get(DRIVER_JAVA_OPTIONS, "")
+        conf[DRIVER_JAVA_OPTIONS] = f"{sizing} {java_options}".strip()
+    return conf
+
+
 def run_driver(
     services: Services,
     *,
@@ -154,10 +166,12 @@ def run_driver(
     py_spy: Path | None = None,
     py_spy_seconds: int = 20,
     jfr: Path | None = None,
+    java_options: str = "",
 ) -> dict[str, Any]:
     """One real driver over ``records`` 1 KB records in micro-batches of at most ``batch``: CPU seconds per
     process group over the batches after the first (``cpu_s``, ``cpu_us_per_record``, ``cores_busy``), the
-    batches' progress, Spark's stage metrics, and with ``jfr`` the JVM's hot methods."""
+    batches' progress, Spark's stage metrics, and with ``jfr`` the JVM's hot methods. ``java_options``: HotSpot
+    options added to the driver JVM's (``-XX:TieredStopAtLevel=1``, to compare JIT settings)."""
     topics = Topics(services.bootstrap, prefix="prof")
     try:
         backlog = topics.create("backlog", partitions)
@@ -171,7 +185,7 @@ def run_driver(
                                    bootstrap=services.bootstrap, redis_url=services.redis_url,
                                    jars=list(services.jars), master=master,
                                    # the stage metrics below come from the Spark UI, off by default
-                                   env={CONF_ENV: json.dumps({"spark.ui.enabled": "true"})})  # fmt: skip
+                                   env={CONF_ENV: json.dumps(_driver_conf(java_options))})  # fmt: skip
             reader = ProgressReader(services.redis_url, driver.run_id)
             driver.start()
             assert driver.process is not None
@@ -322,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="--breakdown: rounds of the ladder and writer")
     parser.add_argument("--small-batch", type=int, default=1_000, help="--breakdown: the small micro-batches")
     parser.add_argument("--small-records", type=int, default=40_000, help="--breakdown: records of that run")
+    parser.add_argument("--java-options", default="", help="HotSpot options added to the driver JVM's")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     services = Services.from_env()
@@ -334,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         figures = run_driver(services, records=args.records, batch=args.batch, destinations=args.destinations,
                              mode=args.mode, realtime=args.realtime, partitions=args.partitions,
                              master=args.master, py_spy=args.py_spy, py_spy_seconds=args.py_spy_seconds,
-                             jfr=args.jfr)  # fmt: skip
+                             jfr=args.jfr, java_options=args.java_options)  # fmt: skip
     print(json.dumps(figures, indent=2))
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
