@@ -231,6 +231,23 @@ def _markdown(
                 f"| {m.records:,} | {_fmt(m.records_per_s)} | {m.extra.get('vs_smallest', '-')} | "
                 f"{m.load.get('start')}/{m.load.get('end')} |"
             )
+    scaled = [m for m in measurements if m.scenario == "scaling" and m.status == "measured"]
+    if scaled:
+        lines += [
+            "",
+            "Scaling (`scaling`): the headline configuration with 1 and 2 executor cores, as `local[N]` (tasks in the "
+            "driver's JVM) and on a Spark standalone cluster (executors in JVMs of their own, the driver in client "
+            "mode). The broker, the driver and the executors share this machine's cores, so the 2-core rows are the "
+            "machine's ceiling; past it the argument is the cost per core (bench/FINDINGS.md).",
+            "",
+            "| executors | records/s | records/s per executor core | load (start/end) |",
+            "|---|---:|---:|---|",
+        ]
+        for m in scaled:
+            lines.append(
+                f"| {m.variant.split(', ', 1)[-1]} | {_fmt(m.records_per_s)} | "
+                f"{_fmt(m.extra.get('records_per_s_per_core'))} | {m.load.get('start')}/{m.load.get('end')} |"
+            )
     lines += _density_lines(summary.get("density"))
     lines += ["", "## DLQ console", ""]
     dlq = [m for m in measurements if m.scenario == "dlq_console"]

@@ -27,6 +27,7 @@ from bench import (
     raw_copy,
     registry_pipeline,
     report,
+    scaling,
     spark_pipeline,
     spark_reference,
     startup,
@@ -54,6 +55,7 @@ SCENARIOS: dict[str, ModuleType] = {
         spark_reference,
         registry_pipeline,
         linearity,
+        scaling,
         dlq_console,
         density,
     )

@@ -100,8 +100,17 @@ def wait_consumed(
         time.sleep(0.5)
 
 
-def run_variant(ctx: Context, mode: str, destinations: int, index: int) -> Measurement:
-    """One driver run (throughput then latency) of ``mode`` with ``destinations`` destinations."""
+def run_variant(
+    ctx: Context,
+    mode: str,
+    destinations: int,
+    index: int,
+    *,
+    driver_args: list[str] | None = None,
+    driver_env: dict[str, str] | None = None,
+) -> Measurement:
+    """One driver run (throughput then latency) of ``mode`` with ``destinations`` destinations; ``driver_args``
+    and ``driver_env`` are added to the driver's command line and environment (``--cores-max`` on a cluster)."""
     topics, services = ctx.topics, ctx.services
     name = f"spark-{_SHORT[mode]}{destinations}-{index}"
     latency_topic = topics.create(f"{name}-lat", ctx.partitions, log_append_time=True)
@@ -121,7 +130,7 @@ def run_variant(ctx: Context, mode: str, destinations: int, index: int) -> Measu
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as workdir:
         driver = DriverProcess(spec=spec, pipeline=f"{topics.prefix}-{name}", workdir=Path(workdir),
                                bootstrap=services.bootstrap, redis_url=services.redis_url, jars=list(services.jars),
-                               master=master)  # fmt: skip
+                               master=master, args=list(driver_args or []), env=dict(driver_env or {}))  # fmt: skip
         reader = ProgressReader(services.redis_url, driver.run_id)
         before = load1()
         sampler = LoadSampler().start()
