@@ -514,6 +514,7 @@ def measure(ctx: Context, n: int) -> Measurement:
     began = time.time()
     posted: dict[str, float] = {}
     running_at: dict[str, float] = {}
+    restart_s: float | None = None
     try:
         for name, source in zip(names, sources, strict=True):
             spec = pipeline_spec(
@@ -565,6 +566,9 @@ def measure(ctx: Context, n: int) -> Measurement:
             1 for name, state in operator.states().items() if name in names and state == "running"
         )
         load["end"] = load1()
+        restart_s = restart_to_apply(admin, names[0], names[1:])
+        print(f"  density: restart-to-apply {restart_s:.1f} s" if restart_s is not None
+              else "  density: restart-to-apply not measured (no RUNNING on the new revision in time)", flush=True)  # fmt: skip
     finally:
         feed.stop()
         for name in names:
@@ -596,6 +600,7 @@ def measure(ctx: Context, n: int) -> Measurement:
             "window_s": steady_s,
         },
         "start_to_running_ms": startup_ms,
+        "restart_to_apply_s": restart_s,
         "console": console,
         "host_memory_used_mb": {
             "before": round((mem_before.total - mem_before.available) / MB),
@@ -614,6 +619,39 @@ def measure(ctx: Context, n: int) -> Measurement:
         load=load,
         extra=extra,
     )
+
+
+#: How long ``restart_to_apply`` waits for the new revision to run, seconds.
+RESTART_TIMEOUT_S = 180.0
+
+
+def restart_to_apply(console: Console, name: str, others: Sequence[str]) -> float | None:
+    """Seconds from the console's restart of ``name`` (a new revision saved just before: the first
+    destination's batch size one record smaller) to ``GET /api/pipelines/{name}/`` showing it ``running`` that
+    revision, as an operator applying a change waits for it. ``others`` are stopped first (and their drivers
+    waited for), so the host is as quiet as a healthy one. None when it does not run the revision within
+    RESTART_TIMEOUT_S. Raises urllib.error.HTTPError when the console refuses a call."""
+    for other in others:
+        console.api(
+            "POST", f"/api/pipelines/{other}/stop/", {"reason": "density benchmark: restart-to-apply"}
+        )
+    _wait(lambda: not drivers_by_pipeline(others), 120, 1.0)
+    spec = console.api("GET", f"/api/pipelines/{name}/")["spec"]
+    strategy = spec["delivery"]["commit_strategy"]
+    strategy["max_records"] = int(strategy.get("max_records") or 10_000) - 1
+    revision = console.api(
+        "PATCH", f"/api/pipelines/{name}/", {"spec": spec, "comment": "density benchmark: restart-to-apply"}
+    )["revision"]
+    started = time.monotonic()
+    console.api("POST", f"/api/pipelines/{name}/restart/", {"reason": "density benchmark: restart-to-apply"})
+
+    def applied() -> bool:
+        detail = console.api("GET", f"/api/pipelines/{name}/")
+        return bool(detail["state"] == "running" and detail["running_revision"] == revision)
+
+    if not _wait(applied, RESTART_TIMEOUT_S, 0.25):
+        return None
+    return round(time.monotonic() - started, 1)
 
 
 def run(ctx: Context) -> list[Measurement]:

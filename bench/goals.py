@@ -9,7 +9,9 @@
 - launch to RUNNING at most 8 s: the median of the ``startup`` row's fresh drivers (5; quick: 2), from launching
   the driver to its query running (``bench.startup``); without that row, the median over the
   ``spark_pipeline`` rows' fresh drivers of launch to their first micro-batch starting, said so;
-- restart-to-apply to running at most 15 s: not measured by ``make bench`` yet (said so in the report).
+- restart-to-apply to running at most 15 s: the ``density`` row's measurement (``bench.density.restart_to_apply``:
+  a new revision saved, then the console's restart, until the pipeline runs that revision), taken after the
+  row's other pipelines stopped; not measured without that row (said so in the report).
 
 Each goal is a dict: ``name``, ``required`` and ``actual`` (in ``unit``), ``ratio`` (actual / the reference
 the goal is relative to, or None), ``met`` (True / False, None when not measured).
@@ -96,6 +98,11 @@ def engine_goals(
             f"spark_pipeline drivers; the goal asks for {GOAL_STARTS} starts)"
         )
     launch = statistics.median(starts) if starts else None
+    density = next((m for m in measurements if m.scenario == "density" and m.status == "measured"), None)
+    restart = density.extra.get("restart_to_apply_s") if density is not None else None
+    restart_note = (
+        " (density row, its other pipelines stopped)" if restart is not None else " (no density row)"
+    )
     return [
         _goal(f"at_least_once/2dest at least {VS_SPARK_COPY}x Spark's own Kafka copy{backlog}",
               VS_SPARK_COPY * copy if copy else None, ours, reference=copy),
@@ -108,6 +115,6 @@ def engine_goals(
         _goal(f"effectively_once/2dest within {1 - EFFECTIVELY_ONCE_SHARE:.0%} of at_least_once/2dest",
               EFFECTIVELY_ONCE_SHARE * ours if ours else None, eos, reference=ours),
         _goal(launch_name, LAUNCH_S, launch, at_most=True, unit="s"),
-        _goal(f"restart-to-apply to running at most {RESTART_TO_APPLY_S:.0f} s (not measured by make bench)",
-              RESTART_TO_APPLY_S, None, at_most=True, unit="s"),
+        _goal(f"restart-to-apply to running at most {RESTART_TO_APPLY_S:.0f} s{restart_note}",
+              RESTART_TO_APPLY_S, restart, at_most=True, unit="s"),
     ]  # fmt: skip

@@ -99,6 +99,10 @@ def test_engine_goals_met_and_missed():
         "launch to RUNNING at most 8 s (median of 5 fresh drivers)",
     )
     assert history.entry(run, {})["launch_s"] == 7.5
+    run.append(Measurement("density", "20 pipelines x 100 records/s", extra={"restart_to_apply_s": 16.4}))
+    restart = engine_goals(run, records=200_000, latency_rate=2000)[6]
+    assert (restart["actual"], restart["met"], restart["unit"]) == (16.4, False, "s")
+    assert restart["name"] == "restart-to-apply to running at most 15 s (density row, its other pipelines stopped)"
 
 
 def test_engine_goals_say_what_a_run_did_not_measure():
