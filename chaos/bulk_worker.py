@@ -1,4 +1,5 @@
-"""Fault 4: the Celery worker killed (``kill -9`` of its process group) during a bulk replay.
+"""Fault 4: the Celery worker killed (``kill -9`` of its process group) during a bulk replay: the service whose
+process runs the bulk, the plain worker or a runner host (runners read the shared queue too).
 
 One bulk replay per pipeline of every parked dead letter (rate-limited, so it is mid-way when the worker
 dies), to a topic of its own so the replays can be counted without feeding the pipeline. After the kill the
@@ -16,6 +17,8 @@ written to a destination it was not for, which would be a second copy of a recor
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections import Counter
 from functools import partial
@@ -41,6 +44,29 @@ LASTS_S = 10  # ... and at least this long, whatever the backlog (a quick run pa
 
 def _completed(pk: int) -> bool:
     return BulkAction.objects.get(pk=pk).state == BulkState.COMPLETED
+
+
+def _services_running(ctx: Context, bulks: list[BulkAction]) -> list[str]:
+    """The Celery services whose process runs one of ``bulks``: the plain worker or a runner host, which
+    reads the shared queue too (``BulkAction.worker`` is ``host:pid:thread``; each service is a process group
+    of its own). ``["worker"]`` when none is found (a bulk between two chunks' claims)."""
+    groups: dict[int, str] = {}
+    for name in ("worker", *ctx.stack.profile.runners):
+        pid = ctx.stack.pid(name)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                groups[os.getpgid(pid)] = name
+    found: list[str] = []
+    for bulk in bulks:
+        bulk.refresh_from_db()
+        parts = bulk.worker.split(":")
+        if len(parts) < 2 or not parts[1].isdigit():
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            service = groups.get(os.getpgid(int(parts[1])))
+            if service is not None and service not in found:
+                found.append(service)
+    return found or ["worker"]
 
 
 def run(ctx: Context) -> FaultResult:
@@ -78,14 +104,19 @@ def run(ctx: Context) -> FaultResult:
     wait_until(midway, 120, 0.2)
     time.sleep(ctx.rng.uniform(0.5, 3.0))
     progress = {mode: BulkAction.objects.get(pk=b.pk).processed for mode, b in bulks.items()}
-    pid = ctx.stack.kill9("worker")
+    victims = _services_running(ctx, list(bulks.values()))
+    pids = {name: ctx.stack.kill9(name) for name in victims}
     killed = time.monotonic()
     result.actions.append(
-        f"+{killed - began:.0f}s kill -9 of the worker's process group (pid {pid}); processed so far {progress}"
+        f"+{killed - began:.0f}s kill -9 of the process group of {', '.join(f'{n} (pid {p})' for n, p in pids.items())}, "
+        f"the Celery worker(s) running the bulks; processed so far {progress}"
     )
     time.sleep(2)
-    took = ctx.stack.start("worker")
-    result.actions.append(f"+{time.monotonic() - began:.0f}s worker started again (ready after {took:.0f}s)")
+    for name in victims:
+        took = ctx.stack.start(name)
+        result.actions.append(
+            f"+{time.monotonic() - began:.0f}s {name} started again (ready after {took:.0f}s)"
+        )
     for mode, bulk in bulks.items():
         done = wait_until(partial(_completed, bulk.pk), 300, 1.0)
         bulk.refresh_from_db()

@@ -64,8 +64,10 @@ __all__ = [
     "REQUIRED_SPARK_CONF",
     "CompiledDestination",
     "SourceColumns",
+    "StagedPlan",
     "compile_filter",
     "compile_key",
+    "compile_stages",
     "compile_timestamp",
     "compile_transform",
     "destination_stages",
@@ -1688,8 +1690,35 @@ def destination_stages(
     return DestinationStages(first=first, second=second, final=final)
 
 
-def stage_destinations(
-    frame: DataFrame,
+@dataclass(frozen=True)
+class StagedPlan:
+    """The projections of :func:`stage_destinations`, built once and applied to any frame with the Kafka
+    source's columns (Spark Columns name the columns they read, so one Column serves several frames). Building
+    them is thousands of py4j calls (about 0.4 s on a warm JVM for two destinations); a driver builds them
+    once for its warm-up rows and its stream."""
+
+    #: The parse (``parse_stages``), each added to the row with ``select("*", ...)``.
+    parse: tuple[tuple[Column, ...], ...]
+    #: A registry source's decode error, which replaces the parse's ``__de`` (None: a JSON source).
+    decode_error: Column | None
+    #: Every destination's first, then second, projection (:class:`DestinationStages`).
+    first: tuple[Column, ...]
+    second: tuple[Column, ...]
+    #: Per destination, the final columns to select from the applied frame.
+    finals: tuple[CompiledDestination, ...]
+
+    def apply(self, frame: DataFrame) -> DataFrame:
+        """``frame`` (Kafka source columns) with the parsed value (``__v``, ``__de``) and every destination's
+        intermediate columns added."""
+        for stage in self.parse:
+            frame = frame.select("*", *stage)
+        if self.decode_error is not None:
+            frame = frame.withColumn("__de", F.coalesce(self.decode_error, F.col("__de")))
+        frame = frame.select("*", *self.first)
+        return frame.select("*", *self.second)
+
+
+def compile_stages(
     destinations: Sequence[tuple[DestinationSpec, ErrorHandling]],
     *,
     source: SourceColumns,
@@ -1697,16 +1726,8 @@ def stage_destinations(
     store_factory: Callable[[], KeyValueStore] | None = None,
     exact_deserialization: bool = True,
     decode_error: Column | None = None,
-) -> tuple[DataFrame, list[CompiledDestination]]:
-    """Add to ``frame`` (Kafka source schema) the parsed value (``__v``, ``__de``) and every destination's
-    intermediate stages; return the frame and, per destination, the final columns to select from it.
-
-    This is the plan the driver runs (see :class:`DestinationStages`); tests use it too, so what is
-    property-tested against the evaluator is what runs in pipelines. ``exact_deserialization=False``: see
-    :func:`lenient_parse_stages` (the rows then need the writer's check before they are final).
-    ``decode_error``: for a registry-format source (``source.value`` is then the decoded JSON text, null
-    where the record did not decode), why the record did not decode; it replaces the parse's reason.
-    """
+) -> StagedPlan:
+    """The plan of :func:`stage_destinations` without a frame (see :class:`StagedPlan`); same arguments."""
     value_col, error_col = F.col("__v"), F.col("__de")
     staged = [
         destination_stages(
@@ -1721,10 +1742,41 @@ def stage_destinations(
         )
         for i, (dest, handling) in enumerate(destinations)
     ]
-    for stage in parse_stages(source, exact=exact_deserialization):
-        frame = frame.select("*", *stage)
-    if decode_error is not None:
-        frame = frame.withColumn("__de", F.coalesce(decode_error, F.col("__de")))
-    frame = frame.select("*", *(c for stage in staged for c in stage.first))
-    frame = frame.select("*", *(c for stage in staged for c in stage.second))
-    return frame, [stage.final for stage in staged]
+    return StagedPlan(
+        parse=tuple(tuple(stage) for stage in parse_stages(source, exact=exact_deserialization)),
+        decode_error=decode_error,
+        first=tuple(c for stage in staged for c in stage.first),
+        second=tuple(c for stage in staged for c in stage.second),
+        finals=tuple(stage.final for stage in staged),
+    )
+
+
+def stage_destinations(
+    frame: DataFrame,
+    destinations: Sequence[tuple[DestinationSpec, ErrorHandling]],
+    *,
+    source: SourceColumns,
+    now_ms: Column,
+    store_factory: Callable[[], KeyValueStore] | None = None,
+    exact_deserialization: bool = True,
+    decode_error: Column | None = None,
+) -> tuple[DataFrame, list[CompiledDestination]]:
+    """Add to ``frame`` (Kafka source schema) the parsed value (``__v``, ``__de``) and every destination's
+    intermediate stages; return the frame and, per destination, the final columns to select from it.
+
+    This is the plan the driver runs (see :class:`DestinationStages`, :func:`compile_stages`); tests use it
+    too, so what is property-tested against the evaluator is what runs in pipelines.
+    ``exact_deserialization=False``: see :func:`lenient_parse_stages` (the rows then need the writer's check
+    before they are final). ``decode_error``: for a registry-format source (``source.value`` is then the
+    decoded JSON text, null where the record did not decode), why the record did not decode; it replaces the
+    parse's reason.
+    """
+    plan = compile_stages(
+        destinations,
+        source=source,
+        now_ms=now_ms,
+        store_factory=store_factory,
+        exact_deserialization=exact_deserialization,
+        decode_error=decode_error,
+    )
+    return plan.apply(frame), list(plan.finals)

@@ -62,11 +62,16 @@ def _decode_udf(connection: RegistryConnection, fmt: str) -> Any:
     return F.arrow_udf(decode, _RESULT_TYPE)  # type: ignore[attr-defined]  # pyspark 4.1+, stubs lag
 
 
+def decoded_columns() -> tuple[Column, Column]:
+    """The two columns the DSL plan reads instead of a registry source's raw value, from the ``DECODED``
+    struct ``decode_source`` adds: the decoded JSON text as binary (what ``SourceColumns.value`` expects) and
+    the decode error (text, null when the record decoded)."""
+    return F.col(f"{DECODED}.j").cast("binary"), F.col(f"{DECODED}.e")
+
+
 def decode_source(
     frame: DataFrame, connection: RegistryConnection, fmt: str
 ) -> tuple[DataFrame, Column, Column]:
-    """``frame`` (Kafka source columns) with the ``DECODED`` struct added, and the two columns the DSL plan
-    reads instead of the raw value: the decoded JSON text as binary (what ``SourceColumns.value`` expects)
-    and the decode error (text, null when the record decoded)."""
+    """``frame`` (Kafka source columns) with the ``DECODED`` struct added, and ``decoded_columns()``."""
     decoded = frame.select("*", _decode_udf(connection, fmt)(F.col("value")).alias(DECODED))
-    return decoded, F.col(f"{DECODED}.j").cast("binary"), F.col(f"{DECODED}.e")
+    return decoded, *decoded_columns()
