@@ -373,12 +373,15 @@ class BatchWriter:
                 self.topic = batch.column("topic")[0].as_py()
                 self.partition = batch.column("partition")[0].as_py()
                 self.min_offset = batch.column("offset")[0].as_py()
+                self._open()
                 if self.transactional and self._already_committed():
                     # This offset range was written and committed by an earlier attempt of the same batch.
                     self.records += batch.num_rows + sum(b.num_rows for b in batches)
                     yield self._summary(skipped=True)
                     return
-                self._open()
+                if self.transactional:
+                    assert self.producer is not None
+                    self.producer.begin_transaction()
             self._write_rows(batch)
         if first:
             return  # an empty partition: nothing to report
@@ -390,10 +393,15 @@ class BatchWriter:
         return bool(committed) and committed[0].offset > self.min_offset
 
     def _open(self) -> None:
+        """The producer of this partition's batch. Transactional: a producer of the partition's stable id,
+        initialised before the committed offsets are read (``write``): ``init_transactions`` aborts whatever
+        transaction an earlier holder of the id left open and fences that holder, whose commit then fails
+        (KIP-98; the fence-then-fetch order of KIP-447). Read the other way round, a zombie (a driver frozen on
+        a partitioned host, thawed after the takeover) could commit the same range between the read and
+        the fence, and both copies would be committed (found by ``make chaos``, host_partition)."""
         if self.transactional:
             transactional_id = f"streamforge-{self.config.pipeline}-{self.topic}-{self.partition}"
             self.producer = _transactional_producer(self.config, transactional_id)
-            self.producer.begin_transaction()
         else:
             self.producer = _producer(self.config)
 
