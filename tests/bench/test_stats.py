@@ -102,7 +102,10 @@ def test_engine_goals_met_and_missed():
     run.append(Measurement("density", "20 pipelines x 100 records/s", extra={"restart_to_apply_s": 16.4}))
     restart = engine_goals(run, records=200_000, latency_rate=2000)[6]
     assert (restart["actual"], restart["met"], restart["unit"]) == (16.4, False, "s")
-    assert restart["name"] == "restart-to-apply to running at most 15 s (density row, its other pipelines stopped)"
+    assert (
+        restart["name"]
+        == "restart-to-apply to running at most 15 s (density row, its other pipelines stopped)"
+    )
 
 
 def test_engine_goals_say_what_a_run_did_not_measure():
