@@ -59,8 +59,9 @@ def _committed_records(bootstrap: str, topic: str) -> list[bytes]:
         if message is None:
             empty += 1
             continue
-        if message.error() is None:
-            seen.append(message.value())
+        value = message.value()
+        if message.error() is None and value is not None:
+            seen.append(value)
     consumer.close()
     return seen
 
@@ -95,7 +96,7 @@ def test_a_zombie_that_wakes_between_the_check_and_the_fence_cannot_commit_the_r
     check = writer.BatchWriter._already_committed
 
     def check_then_zombie_wakes(self: writer.BatchWriter) -> bool:
-        committed = check(self)
+        committed: bool = check(self)
         try:  # the zombie thaws now: it adds its offsets and commits
             zombie.send_offsets_to_transaction([TopicPartition(source, 0, ROWS)], metadata, 30)
             zombie.commit_transaction(30)
