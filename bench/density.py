@@ -54,6 +54,7 @@ from confluent_kafka import Producer
 from bench.common import REPO, Context, Measurement, Services, Topics, load1, one_kb_records, pipeline_spec
 from bench.stats import percentile
 from streamforge_core.kafka import KafkaConnection, producer_config
+from streamforge_core.process_priority import lower_priority
 
 NAME = "density"
 
@@ -737,13 +738,19 @@ seed(team=Team.objects.get(name={team!r}), admin=User.objects.get(username="dens
         )
 
 
-_BURN = "import os\nos.nice(10)\nwhile True:\n    pass\n"
+_BURN = "while True:\n    pass\n"
 
 
 def burners(count: int) -> list[subprocess.Popen[bytes]]:
-    """``count`` processes spinning a core each at nice 10: the stand-in for drivers that keep the CPU busy
-    (the density row's drivers run at ``STREAMFORGE_DRIVER_NICENESS=10``). Kill them when done."""
-    return [subprocess.Popen([sys.executable, "-c", _BURN]) for _ in range(count)]
+    """``count`` processes spinning a core each, started as the launcher starts drivers: each in its own
+    session, lowered to nice 10 with ``processes.lower_priority`` (the density row's drivers run at
+    ``STREAMFORGE_DRIVER_NICENESS=10``). In the benchmark's own session at nice 10 they would compete inside
+    that session only and understate what real drivers take from the console (``lower_priority``'s
+    docstring). Kill them when done."""
+    started = [subprocess.Popen([sys.executable, "-c", _BURN], start_new_session=True) for _ in range(count)]
+    for burner in started:
+        lower_priority(burner.pid, 10)
+    return started
 
 
 def as_in_production(profile: Any) -> Any:
@@ -806,12 +813,61 @@ def console(argv: list[str] | None = None) -> int:
     return 0 if p95 <= CONSOLE_P95_MS else 1
 
 
+def _console_share(count: int, seconds: float, *, whole_session: bool) -> float:
+    """The share of one core (0-1) a busy nice-0 process in its own session (the console) gets over
+    ``seconds`` while ``count`` busy processes, each in its own session as drivers are, run at nice 10: with
+    ``whole_session`` lowered by ``lower_priority``, else by their process group's nice value alone."""
+    spinning = [subprocess.Popen([sys.executable, "-c", _BURN], start_new_session=True) for _ in range(count)]
+    measured = subprocess.Popen([sys.executable, "-c", _BURN], start_new_session=True)
+    try:
+        for burner in spinning:
+            if whole_session:
+                lower_priority(burner.pid, 10)
+            else:
+                os.setpriority(os.PRIO_PGRP, burner.pid, 10)
+        time.sleep(1.0)
+        before, began = sum(psutil.Process(measured.pid).cpu_times()[:2]), time.monotonic()
+        time.sleep(seconds)
+        return (sum(psutil.Process(measured.pid).cpu_times()[:2]) - before) / (time.monotonic() - began)
+    finally:
+        for proc in [*spinning, measured]:
+            proc.kill()
+            proc.wait(10)
+
+
+def priority(argv: list[str] | None = None) -> int:
+    """``python -m bench.density priority``: what a driver's nice value leaves the console. ``--burners``
+    (20) busy processes stand in for drivers (each in its own session, as the launcher starts them, at nice
+    10) against one busy nice-0 process in another session (the console's web), measured ``--rounds`` (2)
+    times each way, alternating: the burners lowered by their process group's nice value alone (before) and
+    by ``streamforge_core.process_priority.lower_priority`` (the group and its session, now). Prints the
+    console's share of a core per round as JSON; exits 0."""
+    parser = argparse.ArgumentParser(prog="bench.density priority")
+    parser.add_argument("--burners", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args(argv)
+    shares: dict[str, list[float]] = {"process_nice_only": [], "session_lowered": []}
+    load = {"start": load1()}
+    for _ in range(args.rounds):
+        for key, whole in (("process_nice_only", False), ("session_lowered", True)):
+            shares[key].append(round(_console_share(args.burners, args.seconds, whole_session=whole), 3))
+    load["end"] = load1()
+    cores = os.cpu_count()
+    print(json.dumps({"burners": args.burners, "cores": cores, "seconds": args.seconds, "load": load,
+                      "console_share_of_a_core": shares}))  # fmt: skip
+    return 0
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["single"]:
         raise SystemExit(single(sys.argv[2:]))
     if sys.argv[1:2] == ["console"]:
         raise SystemExit(console(sys.argv[2:]))
+    if sys.argv[1:2] == ["priority"]:
+        raise SystemExit(priority(sys.argv[2:]))
     raise SystemExit(
-        "usage: python -m bench.density single [--env K=V ...] | console [--pipelines 20 --clients 20 ...];"
+        "usage: python -m bench.density single [--env K=V ...] | console [--pipelines 20 --clients 20 ...]"
+        " | priority [--burners 20];"
         " the scenario runs in `python -m bench run`"
     )

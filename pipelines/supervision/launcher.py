@@ -11,7 +11,6 @@ does not take the driver with it and a kill can reach the whole group: driver, J
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -52,6 +51,7 @@ from pipelines.supervision.status import announce_status
 from streamforge_core import contract as c
 from streamforge_core import replay_signing
 from streamforge_core.kafka import KafkaConnection, admin_config, connection_environment
+from streamforge_core.process_priority import lower_priority
 from streamforge_core.schema_registry import RegistryConnection, registry_environment
 
 log = logging.getLogger("pipelines.supervision")
@@ -366,11 +366,9 @@ def _launch(
             start_new_session=True,  # its own session: outlives worker restarts, killable as one group
         )
     _children[process.pid] = process
-    if settings.DRIVER_NICENESS:
-        # Now, while the driver imports (it starts its JVM only after): the JVM and the Python workers inherit
-        # it. os.setpriority on the group instead of a preexec_fn, which is unsafe in a threaded worker.
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PGRP, process.pid, settings.DRIVER_NICENESS)
+    # Now, while the driver imports (it starts its JVM only after): the JVM and the Python workers inherit
+    # it. On the group and its session rather than in a preexec_fn, which is unsafe in a threaded worker.
+    lower_priority(process.pid, settings.DRIVER_NICENESS)
     try:
         created = psutil.Process(process.pid).create_time()
     except psutil.Error:

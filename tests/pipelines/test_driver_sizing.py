@@ -21,6 +21,7 @@ from pipelines.spark.session import (
 )
 from pipelines.supervision.launcher import driver_environment
 from streamforge_core.kafka import KafkaConnection
+from streamforge_core.process_priority import autogroup_niceness
 from tests.pipelines.test_supervision import _tick_until, supervised  # noqa: F401  (supervised: a fixture)
 
 
@@ -114,3 +115,6 @@ def test_a_launched_driver_and_what_it_starts_run_at_the_hosts_niceness(supervis
     _tick_until(lambda: PipelineRun.objects.filter(pipeline=pipeline).exclude(pid=None).exists())
     run = PipelineRun.objects.get(pipeline=pipeline)
     assert psutil.Process(run.pid).nice() == niceness
+    # ... and its session's autogroup, which ranks it against the console's session (processes in other
+    # sessions): the nice value alone would leave every driver an equal share with the web.
+    assert autogroup_niceness(run.pid) in (None, niceness)
