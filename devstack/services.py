@@ -271,6 +271,9 @@ def django_env(profile: Profile) -> dict[str, str]:
         "REDIS_URL": profile.redis_url,
         "KAFKA_BOOTSTRAP_SERVERS": profile.kafka_bootstrap,
         "SPARK_MASTER": profile.spark_master_url or os.environ.get("SPARK_MASTER", "local[*]"),
+        "STREAMFORGE_SPARK_MASTER_UI_URL": (
+            f"http://127.0.0.1:{profile.spark_ui_port}" if profile.spark_master_url else ""
+        ),
         "STREAMFORGE_SPARK_JARS": ",".join(str(p) for p in jars.spark_jars()),
         "STREAMFORGE_STATE_DIR": str(profile.state_dir),
         "STREAMFORGE_WEB_URL": profile.web_url,

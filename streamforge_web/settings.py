@@ -14,6 +14,7 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | KAFKA_BOOTSTRAP_SERVERS | 127.0.0.1:9092 | the default Kafka cluster (others are named clusters, added by admins); KAFKA_SECURITY_PROTOCOL and the rest: README "Connecting to a secured Kafka cluster" |
 | STREAMFORGE_KAFKA_CREDENTIAL_DIRS | /run/secrets,/etc/streamforge/kafka | directories a named cluster's password, CA, certificate and key files must be in |
 | SPARK_MASTER | local[*] | where pipeline drivers run (local[*], spark://host:7077, k8s://...) |
+| STREAMFORGE_SPARK_MASTER_UI_URL | (none) | a `spark://` standalone master's web UI (http://host:8080): a run ended `HostLost` has its application killed there, so a frozen or cut-off driver's executors free their cores for the takeover |
 | STREAMFORGE_SPARK_CORES_MAX | 1 | cores one pipeline may take on a `spark://` standalone cluster (`spark.cores.max`) |
 | STREAMFORGE_SPARK_JARS | (none) | comma-separated connector jars or folders of jars (devstack fills it in) |
 | STREAMFORGE_STATE_DIR | <repo>/.stack/dev | checkpoints, driver logs, the debug secret and audit keys |
@@ -316,6 +317,7 @@ KAFKA_CREDENTIAL_DIRS = env_list(
     "STREAMFORGE_KAFKA_CREDENTIAL_DIRS", ["/run/secrets", "/etc/streamforge/kafka"]
 )
 SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")
+SPARK_MASTER_UI_URL = env_str("STREAMFORGE_SPARK_MASTER_UI_URL", "")
 
 
 def _expand_jars(entries: list[str]) -> list[str]:

@@ -39,6 +39,7 @@ from pipelines.supervision.processes import (
     read_log_tail,
     runner_name,
 )
+from pipelines.supervision.spark_apps import kill_application
 from pipelines.supervision.status import announce_status
 from streamforge_core import contract as c
 from streamforge_core import redis_client
@@ -267,6 +268,8 @@ def _end_expired_leases(report: ReconcileReport) -> None:
         )
         if _end_run(run, exit_code=None, error_type="HostLost", message=message):
             report.ended.append(run.pipeline.name)
+            # Its executors hold cluster cores while the lost driver's connection looks alive (frozen).
+            kill_application(run.spark_app_id)
 
 
 def reconcile(*, now: datetime | None = None) -> ReconcileReport:

@@ -214,7 +214,11 @@ def test_a_run_whose_lease_expired_ends_host_lost_blamelessly_and_starts_on_anot
     assert first is not None
     assert first.host == "runner-b"
     assert first.epoch == 1
-    PipelineRun.objects.filter(pk=first.pk).update(state=PipelineState.RUNNING)
+    killed: list[str] = []
+    monkeypatch.setattr("pipelines.supervision.reconciler.kill_application", killed.append)
+    PipelineRun.objects.filter(pk=first.pk).update(
+        state=PipelineState.RUNNING, spark_app_id="app-20261128000000-0007"
+    )
     Pipeline.objects.filter(pk=pipeline.pk).update(state=PipelineState.RUNNING, consecutive_failures=2)
     _host("runner-c", slots=1)
     # runner-b dies: no heartbeat, no renewal.
@@ -234,6 +238,9 @@ def test_a_run_whose_lease_expired_ends_host_lost_blamelessly_and_starts_on_anot
     assert pipeline.consecutive_failures == 2, "a lost host is not the pipeline's failure"
     assert (pipeline.lease_host.name, pipeline.lease_epoch) == ("runner-c", 2)
     assert ("pipelines.launch_run", supervision.processes.host_queue("runner-c")) in sent
+    # Its application is killed on the master once (its executors free their cores for the takeover;
+    # the real master: test_scale_out's frozen-driver test).
+    assert killed == ["app-20261128000000-0007"]
 
 
 def _judge(**overrides):

@@ -7,9 +7,13 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
+from typing import IO, Any, cast
 
 import pytest
 import redis
@@ -22,6 +26,7 @@ from devstack.config import PORT_OFFSET_VARIABLE
 from devstack.spark_cluster import standalone_cluster
 from pipelines import progress, supervision
 from pipelines.models import PipelineRun
+from pipelines.supervision.spark_apps import kill_application
 from streamforge_core import contract as c
 from streamforge_web.celery import app as celery_app
 from tests.factories import TeamFactory, member
@@ -123,3 +128,66 @@ def test_a_pipeline_runs_on_a_standalone_cluster_by_setting_spark_master(
         if doomed:
             for future in kafka_admin.delete_topics(doomed).values():
                 future.result(timeout=30)
+
+
+#: A client-mode application on the cluster that prints its id once its executor is up, then idles.
+_APPLICATION = """
+import sys, time
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.master(sys.argv[1]).appName("frozen-driver").config("spark.cores.max", "1").getOrCreate()
+spark.range(10).count()  # an executor took the worker's core
+print(spark.sparkContext.applicationId, flush=True)
+time.sleep(600)
+"""
+
+
+def _master_state(ui_port: int) -> dict[str, Any]:
+    """The standalone master's state (its UI's ``/json/``: ``activeapps``, ``completedapps``, ``coresused``)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=10) as answer:
+        return cast(dict[str, Any], json.loads(answer.read()))
+
+
+def test_a_frozen_drivers_application_is_killed_on_the_master_and_frees_its_cores(spark_cluster, settings):
+    """A SIGSTOPped driver keeps its application, and its executor's core, on the master (its sockets
+    look alive); ``kill_application`` (what a reconcile calls for a run it ends ``HostLost``) removes both."""
+    settings.SPARK_MASTER = spark_cluster
+    settings.SPARK_MASTER_UI_URL = f"http://127.0.0.1:{MASTER_UI}"
+    driver = subprocess.Popen(
+        [sys.executable, "-c", _APPLICATION, spark_cluster],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        text=True,
+    )
+    try:
+        app_id = cast(IO[str], driver.stdout).readline().strip()
+        assert app_id.startswith("app-"), app_id
+        os.killpg(driver.pid, signal.SIGSTOP)
+        time.sleep(5)
+        state = _master_state(MASTER_UI)
+        assert [a["id"] for a in state["activeapps"]] == [app_id], "a frozen driver keeps its application"
+        assert state["coresused"] == 1
+
+        assert kill_application(app_id)
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            state = _master_state(MASTER_UI)
+            if not state["activeapps"] and state["coresused"] == 0:
+                break
+            time.sleep(0.5)
+        assert (state["activeapps"], state["coresused"]) == ([], 0), state
+        assert app_id in [a["id"] for a in state["completedapps"]]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(30)
+
+
+def test_nothing_is_asked_without_a_standalone_master_or_its_ui(settings):
+    settings.SPARK_MASTER, settings.SPARK_MASTER_UI_URL = "local[*]", "http://127.0.0.1:1"
+    assert not kill_application("app-20261128000000-0001")
+    settings.SPARK_MASTER, settings.SPARK_MASTER_UI_URL = "spark://127.0.0.1:7077", ""
+    assert not kill_application("app-20261128000000-0001")
+    settings.SPARK_MASTER_UI_URL = "file:///etc/passwd"
+    assert not kill_application("app-20261128000000-0001")
