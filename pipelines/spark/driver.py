@@ -182,10 +182,25 @@ def check_realtime_slots(partitions: int, slots: int) -> None:
         )
 
 
-def topic_limits(admin: AdminClient, topics: list[str]) -> dict[str, int]:
-    """``max.message.bytes`` of each topic, in bytes. Raises ConfigError naming any topic that is missing."""
-    metadata = admin.list_topics(timeout=15)
-    missing = [t for t in topics if t not in metadata.topics]
+#: How long a topic the driver needs may take to appear in the broker's metadata, in seconds. The launcher
+#: creates the destination and DLQ topics just before it starts the driver, and a created topic reaches
+#: every broker's metadata asynchronously (Kafka's ``Admin.createTopics`` javadoc: it "may take several
+#: seconds after CreateTopicsResult returns success for all the brokers to become aware").
+TOPIC_PROPAGATION_SECONDS = 15.0
+
+
+def topic_limits(
+    admin: AdminClient, topics: list[str], *, wait_seconds: float = TOPIC_PROPAGATION_SECONDS
+) -> dict[str, int]:
+    """``max.message.bytes`` of each topic, in bytes. A topic missing from the metadata is looked for again
+    every half second for up to ``wait_seconds``; then ConfigError names every topic still missing."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        metadata = admin.list_topics(timeout=15)
+        missing = [t for t in topics if t not in metadata.topics]
+        if not missing or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
     if missing:
         raise ConfigError(f"topic(s) missing on {len(metadata.brokers)} broker(s): {', '.join(missing)}")
     futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics])
