@@ -741,15 +741,18 @@ seed(team=Team.objects.get(name={team!r}), admin=User.objects.get(username="dens
 _BURN = "while True:\n    pass\n"
 
 
-def burners(count: int) -> list[subprocess.Popen[bytes]]:
+def burners(count: int, *, whole_session: bool = True) -> list[subprocess.Popen[bytes]]:
     """``count`` processes spinning a core each, started as the launcher starts drivers: each in its own
-    session, lowered to nice 10 with ``processes.lower_priority`` (the density row's drivers run at
-    ``STREAMFORGE_DRIVER_NICENESS=10``). In the benchmark's own session at nice 10 they would compete inside
-    that session only and understate what real drivers take from the console (``lower_priority``'s
-    docstring). Kill them when done."""
+    session at nice 10 (the density row's drivers run at ``STREAMFORGE_DRIVER_NICENESS=10``), lowered with
+    ``streamforge_core.process_priority.lower_priority`` (the group and its session), or with
+    ``whole_session=False`` by the process group's nice value alone (what the launcher did before, for
+    ``priority``'s comparison). Kill them when done."""
     started = [subprocess.Popen([sys.executable, "-c", _BURN], start_new_session=True) for _ in range(count)]
     for burner in started:
-        lower_priority(burner.pid, 10)
+        if whole_session:
+            lower_priority(burner.pid, 10)
+        else:
+            os.setpriority(os.PRIO_PGRP, burner.pid, 10)
     return started
 
 
@@ -817,14 +820,9 @@ def _console_share(count: int, seconds: float, *, whole_session: bool) -> float:
     """The share of one core (0-1) a busy nice-0 process in its own session (the console) gets over
     ``seconds`` while ``count`` busy processes, each in its own session as drivers are, run at nice 10: with
     ``whole_session`` lowered by ``lower_priority``, else by their process group's nice value alone."""
-    spinning = [subprocess.Popen([sys.executable, "-c", _BURN], start_new_session=True) for _ in range(count)]
+    spinning = burners(count, whole_session=whole_session)
     measured = subprocess.Popen([sys.executable, "-c", _BURN], start_new_session=True)
     try:
-        for burner in spinning:
-            if whole_session:
-                lower_priority(burner.pid, 10)
-            else:
-                os.setpriority(os.PRIO_PGRP, burner.pid, 10)
         time.sleep(1.0)
         before, began = sum(psutil.Process(measured.pid).cpu_times()[:2]), time.monotonic()
         time.sleep(seconds)
