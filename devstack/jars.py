@@ -361,3 +361,54 @@ def driver_class_archive() -> Path | None:
         return None
     partial.rename(target)
     return target
+
+
+def executor_class_archive_path(spark_home: Path) -> Path:
+    """Where the class archive of the executors a standalone worker of ``spark_home`` (``devstack.spark_cluster``)
+    starts lives: the key covers the JVM, the home's path (it is on the executors' class path) and the path,
+    size and modification time of each jar there."""
+    digest = hashlib.sha256()
+    digest.update(f"java={_java_binary()} home={spark_home.resolve()}".encode())
+    for jar in sorted((spark_home / "jars").glob("*.jar")):
+        stat = jar.stat()
+        digest.update(f"{jar}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+    return cache_dir() / f"executor-cds-{digest.hexdigest()[:16]}" / "executor.jsa"
+
+
+def executor_class_archive(spark_home: Path, master_url: str) -> Path | None:
+    """The executors' class archive (``pipelines.spark.class_archive``), dumped on first use by an application
+    on ``master_url`` whose workers run on this machine (about a minute) and reused afterwards; None, with a
+    warning, when the dump fails: executors then start without it (slower, not broken)."""
+    target = executor_class_archive_path(spark_home)
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    partial.unlink(missing_ok=True)
+    print(
+        f"devstack: dumping the executors' class archive {target.parent.name}/{target.name} ...", flush=True
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "pipelines.spark.archive_dump",
+        str(partial),
+        "--executor-master",
+        master_url,
+    ]
+    command += ["--jars", ",".join(str(p) for p in spark_jars())]
+    try:
+        # Loopback: the executors connect back to this driver.
+        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+        done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        done = None
+    if done is None or done.returncode != 0 or not partial.is_file():
+        tail = "timed out" if done is None else (done.stderr or done.stdout)[-1500:]
+        print(
+            f"devstack: warning: no executor class archive (executors start without it): {tail}", flush=True
+        )
+        partial.unlink(missing_ok=True)
+        return None
+    partial.rename(target)
+    return target

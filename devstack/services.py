@@ -293,6 +293,10 @@ def django_env(profile: Profile) -> dict[str, str]:
     archive = jars.driver_class_archive_path()
     if archive.is_file():  # dumped by `devstack system`: drivers start faster (pipelines.spark.class_archive)
         env["STREAMFORGE_DRIVER_CLASS_ARCHIVE"] = str(archive)
+    if profile.spark_master_url:
+        executors = jars.executor_class_archive_path(_spark_paths(profile)[0])
+        if executors.is_file():  # dumped when the last worker started (_spark_worker): executors start faster
+            env["STREAMFORGE_EXECUTOR_CLASS_ARCHIVE"] = str(executors)
     if profile.sinks:
         # The demo's notifications go to devstack.sinks on loopback (which the server refuses by default).
         env["EMAIL_HOST"] = "127.0.0.1"
@@ -917,6 +921,10 @@ def _spark_worker(profile: Profile, index: int) -> Service:
         spark_cluster.spark_home(home.parent)
         (work / f"worker-{index}").mkdir(parents=True, exist_ok=True)
 
+    def provision() -> None:
+        # Once every worker runs: the executors' class archive, before the runners (whose drivers name it) start.
+        jars.executor_class_archive(home, master_url)
+
     return Service(
         f"spark-worker-{index}",
         (ui_port,),
@@ -932,6 +940,7 @@ def _spark_worker(profile: Profile, index: int) -> Service:
         prepare,
         env=lambda: spark_cluster.cluster_env(home, work / f"worker-{index}"),
         ready_timeout=120,
+        provision=provision if index == profile.spark_workers else lambda: None,
     )
 
 

@@ -70,8 +70,8 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | STREAMFORGE_RUNNER_ADVERTISE_HOST | 127.0.0.1 | address Spark executors reach this runner's drivers at (`spark.driver.host`) |
 | STREAMFORGE_HOST_TICK_SECONDS | 3 | how often a runner beats and renews its leases |
 | STREAMFORGE_HOST_LOST_SECONDS | 20 | heartbeat age after which a runner is shown lost |
-| STREAMFORGE_LEASE_TTL_SECONDS | 20 | how long a pipeline's lease lasts after each renewal |
-| STREAMFORGE_LEASE_GRACE_SECONDS | 5 | how long past a lease's expiry another runner waits before taking the pipeline over |
+| STREAMFORGE_LEASE_TTL_SECONDS | 15 | how long a pipeline's lease lasts after each renewal |
+| STREAMFORGE_LEASE_GRACE_SECONDS | 3 | how long past a lease's expiry another runner waits before taking the pipeline over |
 | STREAMFORGE_DRIVER_FENCE_MARGIN_SECONDS | 3 | a driver stops committing this long before its lease expires |
 | STREAMFORGE_DRIVER_MEMORY_MB | 700 | memory placement charges a runner per pipeline driver |
 | STREAMFORGE_DRIVER_NICENESS | 0 | nice(1) value of the drivers a worker launches (1-19: the console and supervision keep the CPU when pipelines saturate the host; 10 on dense hosts, bench/FINDINGS.md "Density") |
@@ -382,8 +382,8 @@ RUNNER_LABELS = env_list("STREAMFORGE_RUNNER_LABELS", [])
 RUNNER_ADVERTISE_HOST = env_str("STREAMFORGE_RUNNER_ADVERTISE_HOST", "127.0.0.1")
 HOST_TICK_SECONDS = env_int("STREAMFORGE_HOST_TICK_SECONDS", 3, minimum=1)
 HOST_LOST_SECONDS = env_int("STREAMFORGE_HOST_LOST_SECONDS", 20, minimum=2)
-LEASE_TTL_SECONDS = env_int("STREAMFORGE_LEASE_TTL_SECONDS", 20, minimum=3)
-LEASE_GRACE_SECONDS = env_int("STREAMFORGE_LEASE_GRACE_SECONDS", 5, minimum=0)
+LEASE_TTL_SECONDS = env_int("STREAMFORGE_LEASE_TTL_SECONDS", 15, minimum=3)
+LEASE_GRACE_SECONDS = env_int("STREAMFORGE_LEASE_GRACE_SECONDS", 3, minimum=0)
 DRIVER_FENCE_MARGIN_SECONDS = env_int("STREAMFORGE_DRIVER_FENCE_MARGIN_SECONDS", 3, minimum=0)
 DRIVER_MEMORY_MB = env_int("STREAMFORGE_DRIVER_MEMORY_MB", 700, minimum=0)
 DRIVER_NICENESS = min(env_int("STREAMFORGE_DRIVER_NICENESS", 0, minimum=0), 19)

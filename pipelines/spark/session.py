@@ -186,16 +186,17 @@ def build_session(
     ``devstack.jars.spark_jars``), shipped to executors by Spark; the session gets the DSL's JVM functions
     (:func:`pipelines.dsl.spark.register_functions`). Conf, later entries winning: DEFAULT_CONF, the sizing
     ``environ`` (default ``os.environ``) names (:func:`sizing_conf`), ``conf``, then ``environ``'s
-    ``CONF_ENV`` (:func:`override_conf`), and the driver JVM maps the class archive ``environ`` names
-    (:func:`pipelines.spark.class_archive.with_archive`); a local master gets ``CORES_ENV`` threads (:func:`sized_master`). Raises ValueError when
-    the connector or the regex jars are missing, since every pipeline reads Kafka and Spark would only fail
-    later ("Failed to find data source: kafka", or a class not found at the first regex), or when the
-    environment's sizing variables are invalid.
+    ``CONF_ENV`` (:func:`override_conf`), and the driver JVM (and a standalone cluster's executors) map the
+    class archives ``environ`` names (:func:`pipelines.spark.class_archive.with_archive`); a local master
+    gets ``CORES_ENV`` threads (:func:`sized_master`). Raises ValueError when the connector or the regex
+    jars are missing, since every pipeline reads Kafka and Spark would only fail later ("Failed to find data
+    source: kafka", or a class not found at the first regex), or when the environment's sizing variables
+    are invalid.
     """
     environ = os.environ if environ is None else environ
     master = sized_master(master, environ)
     merged = {**DEFAULT_CONF, **sizing_conf(environ), **(conf or {}), **override_conf(environ)}
-    merged = with_archive(merged, environ)
+    merged = with_archive(merged, environ, master)
     if not any("spark-sql-kafka" in jar for jar in jars):
         raise ValueError("no spark-sql-kafka connector jar given (STREAMFORGE_SPARK_JARS / --jars)")
     for needed, what in (("re2j", "RE2/J"), ("streamforge-regex", "StreamForge regex UDF")):

@@ -26,6 +26,7 @@ from devstack.config import PORT_OFFSET_VARIABLE
 from devstack.spark_cluster import standalone_cluster
 from pipelines import progress, supervision
 from pipelines.models import PipelineRun
+from pipelines.spark import archive_dump
 from pipelines.supervision.spark_apps import kill_application
 from streamforge_core import contract as c
 from streamforge_web.celery import app as celery_app
@@ -191,3 +192,58 @@ def test_nothing_is_asked_without_a_standalone_master_or_its_ui(settings):
     assert not kill_application("app-20261128000000-0001")
     settings.SPARK_MASTER_UI_URL = "file:///etc/passwd"
     assert not kill_application("app-20261128000000-0001")
+
+
+#: A client-mode application through ``build_session`` (so it gets the archive options of its environment)
+#: that runs one job on its executor, prints its application id, then idles.
+_ARCHIVED_APPLICATION = """
+import os, sys, time
+from pipelines.spark.session import build_session
+spark = build_session(
+    app_name="archived-executor", master=sys.argv[1], jars=os.environ["STREAMFORGE_SPARK_JARS"].split(","),
+    conf={"spark.cores.max": "1"},
+)
+spark.range(10).count()
+print("application", spark.sparkContext.applicationId, flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_executors_class_archive_is_dumped_on_the_cluster_and_mapped_by_later_executors(
+    spark_cluster, tmp_path
+):
+    """``python -m pipelines.spark.archive_dump --executor-master`` leaves a complete archive (its executor
+    ends itself so HotSpot finishes writing, no half-written file of the replacement executor stays), and an
+    executor of a driver whose environment names it maps it (HotSpot ignores an archive it cannot use, so
+    ``/proc/<pid>/maps`` is the proof)."""
+    archive = tmp_path / "cds" / "executor.jsa"
+    archive.parent.mkdir()
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env.pop("STREAMFORGE_EXECUTOR_CLASS_ARCHIVE", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "pipelines.spark.archive_dump", str(archive), "--executor-master", spark_cluster,
+         "--jars", env["STREAMFORGE_SPARK_JARS"]],
+        env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert archive.is_file()
+    assert archive.stat().st_size > 10_000_000
+    assert sorted(p.name for p in archive.parent.iterdir()) == ["executor.jsa"]
+
+    driver = subprocess.Popen(
+        [sys.executable, "-c", _ARCHIVED_APPLICATION, spark_cluster],
+        env={**env, "STREAMFORGE_EXECUTOR_CLASS_ARCHIVE": str(archive)},
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, text=True,
+    )  # fmt: skip
+    try:
+        # The driver's log shares its stdout: the id is the line the application marks.
+        lines = (line.split() for line in cast(IO[str], driver.stdout))
+        app_id = next(words[1] for words in lines if words[:1] == ["application"])
+        assert app_id.startswith("app-"), app_id
+        executors = archive_dump.executor_processes(app_id)
+        assert len(executors) == 1
+        assert str(archive) in Path(f"/proc/{executors[0].pid}/maps").read_text()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(30)

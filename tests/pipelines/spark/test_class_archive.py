@@ -6,7 +6,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pipelines.spark.class_archive import ARCHIVE_ENV, DRIVER_JAVA_OPTIONS, archive_options, with_archive
+from pipelines.spark.class_archive import (
+    ARCHIVE_ENV,
+    DRIVER_JAVA_OPTIONS,
+    EXECUTOR_ARCHIVE_ENV,
+    EXECUTOR_JAVA_OPTIONS,
+    archive_options,
+    executor_archive_options,
+    with_archive,
+)
 
 
 def test_no_archive_named_or_no_file_leaves_the_options_alone(tmp_path):
@@ -27,6 +35,19 @@ def test_an_archive_is_appended_to_the_sizings_java_options(tmp_path):
     assert with_archive({}, environ) == {
         DRIVER_JAVA_OPTIONS: f"-XX:SharedArchiveFile={archive} -Xlog:cds=off"
     }
+
+
+def test_executors_get_their_archive_only_from_a_standalone_master():
+    # The path is one on the workers' hosts: not checked here (HotSpot ignores a missing archive).
+    environ = {EXECUTOR_ARCHIVE_ENV: "/var/lib/spark/executor.jsa"}
+    assert executor_archive_options("local[*]", environ) == ""
+    assert executor_archive_options("spark://10.0.0.5:7077", {}) == ""
+    assert executor_archive_options("spark://10.0.0.5:7077", {EXECUTOR_ARCHIVE_ENV: " "}) == ""
+    conf = with_archive({EXECUTOR_JAVA_OPTIONS: "-XX:+UseG1GC"}, environ, "spark://10.0.0.5:7077")
+    assert conf == {
+        EXECUTOR_JAVA_OPTIONS: "-XX:+UseG1GC -XX:SharedArchiveFile=/var/lib/spark/executor.jsa -Xlog:cds=off"
+    }
+    assert with_archive({}, environ, "local[2]") == {}
 
 
 def test_the_session_jvm_maps_the_archive_devstack_dumped(spark_session):
