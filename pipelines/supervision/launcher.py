@@ -279,6 +279,7 @@ DRIVER_ENV_NAMES = frozenset(
         # glibc's malloc arenas (see DRIVER_ENV_DEFAULTS).
         "STREAMFORGE_DRIVER_SIZING", "STREAMFORGE_DRIVER_CORES", "STREAMFORGE_DRIVER_CONF", "MALLOC_ARENA_MAX",
         "STREAMFORGE_DRIVER_CLASS_ARCHIVE",  # the driver JVM's class archive (pipelines.spark.class_archive)
+        "STREAMFORGE_EXECUTOR_CLASS_ARCHIVE",  # the cluster executors' one (a path on the workers' hosts)
     }
 )  # fmt: skip
 #: What a driver gets when the worker's environment does not say otherwise: at most 2 glibc malloc arenas per

@@ -102,6 +102,16 @@ def test_the_launcher_passes_the_hosts_sizing_and_caps_malloc_arenas(settings, t
     assert sized[CONF_ENV] == '{"spark.ui.enabled": "true"}'
 
 
+def test_the_launcher_passes_the_hosts_class_archives():
+    # Without them a driver and its cluster executors start without their archives: slower, silently.
+    worker = {
+        "STREAMFORGE_DRIVER_CLASS_ARCHIVE": "/cache/driver.jsa",
+        "STREAMFORGE_EXECUTOR_CLASS_ARCHIVE": "/var/lib/spark/executor.jsa",
+    }
+    env = driver_environment(worker, KafkaConnection("127.0.0.1:9092"))
+    assert {k: env[k] for k in worker} == worker
+
+
 @pytest.mark.redis
 @pytest.mark.django_db
 @pytest.mark.parametrize("niceness", [0, 7])
