@@ -102,14 +102,31 @@ def _labels_missing(host_labels: object, wanted: object) -> list[str]:
     return [label for label in asked if label not in have]
 
 
-def _judge_host(host: RunnerHost, state: str, used: int, starting: int, labels: object) -> HostLoad:
-    """Whether one more driver fits on ``host`` (in ``state``, a ``RunnerHostState`` value): up, not
-    draining, every wanted label among the host's, a free slot and ``DRIVER_MEMORY_MB`` of free memory (each
-    lease is charged that much)."""
+def placeable_silence_seconds() -> int:
+    """How long a runner host may have been silent (seconds since its heartbeat) and still be given a pipeline:
+    ``HOST_LOST_SECONDS``, but never more than ``LEASE_TTL_SECONDS + LEASE_GRACE_SECONDS - HOST_TICK_SECONDS``.
+
+    Why the cap: a lease becomes claimable TTL + grace after its last renewal, and a host renews its leases in
+    the tick that beats, so a host whose lease just became claimable has been silent at least that long. With
+    a lost-host threshold above it (20 s against a 15 s lease), the takeover would give the pipeline back to
+    the dead host it just expired on, and the pipeline would wait a second lease for nothing (the cluster
+    acceptance run of session 23 lost 19 s so)."""
+    cap = settings.LEASE_TTL_SECONDS + settings.LEASE_GRACE_SECONDS - settings.HOST_TICK_SECONDS
+    return max(1, min(settings.HOST_LOST_SECONDS, cap))
+
+
+def _judge_host(
+    host: RunnerHost, state: str, used: int, starting: int, labels: object, *, silent: bool = False
+) -> HostLoad:
+    """Whether one more driver fits on ``host`` (in ``state``, a ``RunnerHostState`` value): up, heard from
+    within ``placeable_silence_seconds()`` (``silent`` says it was not), not draining, every wanted label
+    among the host's, a free slot and ``DRIVER_MEMORY_MB`` of free memory (each lease is charged that much)."""
     per_driver = settings.DRIVER_MEMORY_MB
     why = ""
     if state == RunnerHostState.LOST:
         why = f"{host.name} lost"
+    elif silent:
+        why = f"{host.name} silent for over {placeable_silence_seconds()}s"
     elif state == RunnerHostState.DRAINING or host.draining:
         why = f"{host.name} draining"
     elif missing := _labels_missing(host.labels, labels):
@@ -135,9 +152,20 @@ def host_loads(pipeline: Pipeline) -> list[HostLoad]:
     hosts = RunnerHost.objects.with_state().annotate(
         used=Count("leases", filter=live, distinct=True),
         starting=Count("leases", filter=live & Q(leases__state=PipelineState.STARTING), distinct=True),
+        silent=models.ExpressionWrapper(
+            Q(last_heartbeat_at__lt=db_now_minus(placeable_silence_seconds())),
+            output_field=models.BooleanField(),
+        ),
     )
     loads = [
-        _judge_host(host, host.state, host.used, host.starting, pipeline.placement_labels)  # type: ignore[attr-defined]
+        _judge_host(
+            host,
+            host.state,  # type: ignore[attr-defined]
+            host.used,  # type: ignore[attr-defined]
+            host.starting,  # type: ignore[attr-defined]
+            pipeline.placement_labels,
+            silent=bool(host.silent),  # type: ignore[attr-defined]
+        )
         for host in hosts
     ]
     return sorted(loads, key=lambda load: (bool(load.why_not), -load.free, load.starting, load.host.name))

@@ -171,6 +171,29 @@ def test_placement_honours_labels_drain_and_lost_hosts(team, on_postgres, settin
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_host_silent_for_longer_than_a_lease_lasts_gets_no_pipeline_before_it_is_shown_lost(
+    team, on_postgres, settings
+):
+    """A lease is claimable TTL + grace after its last renewal; the host that stopped renewing it has been
+    silent that long. With the lost threshold above that, the takeover must still pass it over (session 23:
+    the pipeline went back to the crashed host and waited a second lease)."""
+    settings.HOST_LOST_SECONDS = 20
+    settings.LEASE_TTL_SECONDS, settings.LEASE_GRACE_SECONDS, settings.HOST_TICK_SECONDS = 15, 3, 3
+    assert placement.placeable_silence_seconds() == 15
+    holder = _host("runner-a", slots=4, age_s=17)  # not lost yet (20 s), silent past a lease
+    _host("runner-b", slots=1)
+    pipeline = _wanted(team, "moved")
+    Pipeline.objects.filter(pk=pipeline.pk).update(lease_host=holder, lease_epoch=3)
+    _expire(pipeline, 4)
+    run = placement.place_and_claim(pipeline.pk)
+    assert run is not None
+    assert run.host == "runner-b", "placed on the host whose lease just expired"
+    other = _wanted(team, "waits")
+    assert placement.place_and_claim(other.pk) is None
+    assert "runner-a silent for over 15s" in Pipeline.objects.get(pk=other.pk).state_reason
+
+
+@pytest.mark.django_db(transaction=True)
 def test_an_expired_lease_is_claimable_only_after_the_grace_and_the_claim_bumps_the_epoch(
     team, on_postgres, settings
 ):
