@@ -334,21 +334,19 @@ def driver_class_archive_path() -> Path:
     return cache_dir() / f"driver-cds-{digest.hexdigest()[:16]}" / "driver.jsa"
 
 
-def driver_class_archive() -> Path | None:
-    """The driver JVM's class archive, dumped on first use (one driver-like session: ~1-2 minutes of CPU) and
-    reused afterwards; None, with a warning, when the dump fails: drivers then start without it (slower, not
-    broken). Rerun-safe: a half-written archive is never used."""
-    target = driver_class_archive_path()
-    if target.is_file():
-        return target
+def _dumped_archive(target: Path, what: str, extra_args: list[str]) -> Path | None:
+    """``target`` once ``python -m pipelines.spark.archive_dump`` wrote it (``extra_args`` after the target),
+    ``what`` naming it in the messages; None, with a warning, when the dump fails. A half-written archive is
+    never used: the dump writes ``<target>.partial``, renamed only when it succeeded."""
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
     partial.unlink(missing_ok=True)
-    print(
-        f"devstack: dumping the driver JVM's class archive {target.parent.name}/{target.name} ...", flush=True
-    )
-    env = {k: v for k, v in os.environ.items() if k != "STREAMFORGE_DRIVER_CLASS_ARCHIVE"}
-    command = [sys.executable, "-m", "pipelines.spark.archive_dump", str(partial)]
+    print(f"devstack: dumping {what} {target.parent.name}/{target.name} ...", flush=True)
+    # No archive of the environment's is mapped by the JVMs that make a new one; loopback for a cluster's
+    # executors to reach this driver.
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_CLASS_ARCHIVE")}
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    command = [sys.executable, "-m", "pipelines.spark.archive_dump", str(partial), *extra_args]
     command += ["--jars", ",".join(str(p) for p in spark_jars())]
     try:
         done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
@@ -356,11 +354,19 @@ def driver_class_archive() -> Path | None:
         done = None
     if done is None or done.returncode != 0 or not partial.is_file():
         tail = "timed out" if done is None else (done.stderr or done.stdout)[-1500:]
-        print(f"devstack: warning: no driver class archive (drivers start without it): {tail}", flush=True)
+        print(f"devstack: warning: no {what} (its JVMs start without it): {tail}", flush=True)
         partial.unlink(missing_ok=True)
         return None
     partial.rename(target)
     return target
+
+
+def driver_class_archive() -> Path | None:
+    """The driver JVM's class archive, dumped on first use (one driver-like session: ~1-2 minutes of CPU) and
+    reused afterwards; None, with a warning, when the dump fails: drivers then start without it (slower, not
+    broken). Rerun-safe: a half-written archive is never used."""
+    target = driver_class_archive_path()
+    return target if target.is_file() else _dumped_archive(target, "the driver JVM's class archive", [])
 
 
 def executor_class_archive_path(spark_home: Path) -> Path:
@@ -377,38 +383,9 @@ def executor_class_archive_path(spark_home: Path) -> Path:
 
 def executor_class_archive(spark_home: Path, master_url: str) -> Path | None:
     """The executors' class archive (``pipelines.spark.class_archive``), dumped on first use by an application
-    on ``master_url`` whose workers run on this machine (about a minute) and reused afterwards; None, with a
+    on ``master_url`` whose workers run on this machine (about 25 s) and reused afterwards; None, with a
     warning, when the dump fails: executors then start without it (slower, not broken)."""
     target = executor_class_archive_path(spark_home)
     if target.is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".partial")
-    partial.unlink(missing_ok=True)
-    print(
-        f"devstack: dumping the executors' class archive {target.parent.name}/{target.name} ...", flush=True
-    )
-    command = [
-        sys.executable,
-        "-m",
-        "pipelines.spark.archive_dump",
-        str(partial),
-        "--executor-master",
-        master_url,
-    ]
-    command += ["--jars", ",".join(str(p) for p in spark_jars())]
-    try:
-        # Loopback: the executors connect back to this driver.
-        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
-        done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
-    except subprocess.TimeoutExpired:
-        done = None
-    if done is None or done.returncode != 0 or not partial.is_file():
-        tail = "timed out" if done is None else (done.stderr or done.stdout)[-1500:]
-        print(
-            f"devstack: warning: no executor class archive (executors start without it): {tail}", flush=True
-        )
-        partial.unlink(missing_ok=True)
-        return None
-    partial.rename(target)
-    return target
+    return _dumped_archive(target, "the executors' class archive", ["--executor-master", master_url])
