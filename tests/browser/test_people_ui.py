@@ -44,6 +44,8 @@ def test_an_admin_adds_a_member_and_the_new_member_creates_a_token_shown_once(
     page.goto("/")
     page.get_by_test_id("user").click()  # the user name in the header leads to the account page
     expect(page.get_by_test_id("token-none")).to_be_visible()
+    # The key is shown by people.js: a click before its deferred script has run would submit the form itself.
+    page.wait_for_load_state("load")
     page.get_by_test_id("token-create").click()
     expect(page.get_by_test_id("token-new")).to_be_visible()
     key = page.get_by_test_id("token-key")
