@@ -819,6 +819,12 @@ def _worker(profile: Profile) -> Service:
 RUNNER_CONCURRENCY = 4
 
 
+#: What a runner host of a multi-runner stack runs its drivers with, unless the environment says otherwise:
+#: README's settings for a host of many pipelines (compact JVMs, for the drivers and their cluster executors;
+#: each driver yields the CPU once its first batch is done, so a start or a takeover goes first).
+DENSE_RUNNER_ENV = {"STREAMFORGE_DRIVER_SIZING": "compact", "STREAMFORGE_DRIVER_NICENESS": "10"}
+
+
 def _runner(profile: Profile, runner: str) -> Service:
     """Runner host ``runner``: a Celery worker named ``<runner>@<host>`` reading the shared queue and its own
     (``runner_queue``), with ``STREAMFORGE_RUNNER_NAME=<runner>`` and its own state folder (its drivers' run
@@ -839,6 +845,7 @@ def _runner(profile: Profile, runner: str) -> Service:
     def env() -> dict[str, str]:
         return {
             **django_env(profile),
+            **{name: os.environ.get(name, value) for name, value in DENSE_RUNNER_ENV.items()},
             "STREAMFORGE_RUNNER_NAME": runner,
             "STREAMFORGE_STATE_DIR": str(state_dir),
         }

@@ -13,10 +13,13 @@ import contextlib
 import os
 from pathlib import Path
 
+import psutil
+
 
 def lower_priority(pid: int, niceness: int) -> None:
     """Lowers the CPU priority of the process group and the session that ``pid`` leads to ``niceness`` (1-19;
-    0 does nothing): a driver and everything it starts (the JVM, the Python workers).
+    0 does nothing): a driver and everything it started (the JVM, the Python workers, also those in process
+    groups of their own); what they start later inherits it.
 
     ``pid`` must lead its own session: its group's nice value is written to ``/proc/<pid>/autogroup`` as well
     as the process group's (see the module docstring; ``nice`` alone left 20 drivers 20 equal shares of the
@@ -24,8 +27,14 @@ def lower_priority(pid: int, niceness: int) -> None:
     then runs at its default priority. Raising a priority needs a privilege; lowering it does not."""
     if niceness <= 0:
         return
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PGRP, pid, niceness)
+    groups = {pid}
+    # Processes of the session that made a process group of their own (PySpark's worker daemon does, to
+    # signal its workers as one group) are not in ``pid``'s group: their groups are lowered too.
+    with contextlib.suppress(psutil.Error, OSError):
+        groups |= {os.getpgid(child.pid) for child in psutil.Process(pid).children(recursive=True)}
+    for group in sorted(groups):
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PGRP, group, niceness)
     with contextlib.suppress(OSError):
         Path(f"/proc/{pid}/autogroup").write_text(str(niceness), encoding="ascii")
 

@@ -85,6 +85,7 @@ from streamforge_core.kafka import (
     consumer_config,
     spark_kafka_options,
 )
+from streamforge_core.process_priority import lower_priority
 from streamforge_core.schema_registry import RegistryConnection, registry_from_environment
 
 log = logging.getLogger("streamforge.driver")
@@ -134,6 +135,9 @@ class DriverOptions:
     #: Run the warm-up (``Driver._warm_up``) before the query starts. Off for a takeover, where the time to the
     #: first committed batch on the new host counts and that batch starts the Python workers anyway.
     warm_up: bool = True
+    #: The nice value (0-19) the driver lowers itself and what it started to once its first batch is done
+    #: (``Driver._settle_priority``); 0 keeps the priority it was started with.
+    niceness: int = 0
 
 
 class ConfigError(Exception):
@@ -382,6 +386,7 @@ class Driver:
         self._fenced_lock = threading.Lock()
         self._stopping_fenced = False
         self.query: Any = None
+        self._settled = False
 
     # -- side channels ------------------------------------------------------------------------------------
 
@@ -547,6 +552,7 @@ class Driver:
         event = self._progress_event(batch_id, started, consumed, skipped, lost, counts, ranges, latest)
         event["group_commit_failed"] = commit_failed
         self.last_batch = event
+        self._settle_priority()
         self._publish(event)
         # Returning is what lets Spark write commits/<batch_id>: check once more, so the time between the last
         # check and that write is Spark's alone (the group commit and the progress event above take
@@ -669,8 +675,24 @@ class Driver:
         event = self._progress_event(progress.batchId, started, consumed, 0, 0, counts, ranges, latest)
         event["group_commit_failed"] = commit_failed
         self.last_batch = event
+        self._settle_priority()
         self._publish(event)
         self.realtime_batch_ended.set()
+
+    def _settle_priority(self) -> None:
+        """After the first finished batch: lower this driver, its JVM and its Python workers to
+        ``options.niceness`` (``streamforge_core.process_priority.lower_priority``, process group and session).
+
+        A driver starts at its runner's priority, so a start, a restart or a takeover is not held back by the
+        pipelines already running on a saturated host (a takeover's clock runs until its first batch), and
+        only then yields the CPU to the console and to the next start. Only a driver that leads its own
+        session (the launcher's) lowers anything: elsewhere the session is its caller's (a shell, a test)."""
+        if self._settled:
+            return
+        self._settled = True
+        if self.options.niceness > 0 and os.getsid(0) == os.getpid():
+            lower_priority(os.getpid(), self.options.niceness)
+            log.info("first batch done: the driver now runs at nice %s", self.options.niceness)
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -1003,6 +1025,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-warm-up", action="store_true", help="start the query without the warm-up (a takeover)"
     )
+    parser.add_argument(
+        "--niceness",
+        type=int,
+        choices=range(20),
+        default=0,
+        metavar="0-19",
+        help="the nice value the driver lowers itself to once its first batch is done (0: none)",
+    )
     args = parser.parse_args(argv)
     if args.lease_file is not None and args.epoch is None:
         parser.error("--lease-file needs --epoch (the lease names the epoch this run holds)")
@@ -1023,6 +1053,7 @@ def main(argv: list[str] | None = None) -> int:
         driver_host=args.driver_host,
         cores_max=args.cores_max,
         warm_up=not args.no_warm_up,
+        niceness=args.niceness,
         # Like Kafka's: from the SCHEMA_REGISTRY_* environment the runner passed, never the command line.
         registry=registry_from_environment(os.environ),
     )

@@ -95,7 +95,11 @@ _LOG_OPTIONS = "-Dlog4j2.level=WARN"
 #:   instead of G1's remembered sets and a 1/64-of-RAM initial heap, and a young generation of at most 24 MB
 #:   (every page of it is touched between two minor collections: it is resident whatever the live data);
 #: - C1 only (``-XX:TieredStopAtLevel=1``) and a 64 MB code cache: far less compiler memory and threads, at
-#:   a cost in peak records/s the findings measure; metaspace capped at 192 MB, 512 KB thread stacks.
+#:   a cost in peak records/s the findings measure; metaspace capped at 192 MB, 512 KB thread stacks;
+#: - the same collector and compiler for the executors a standalone cluster starts for the pipeline
+#:   (``spark.executor.extraJavaOptions``; their heap is ``spark.executor.memory``, ``cluster_conf``): most of
+#:   an executor's start-up CPU is C2 compiling the first batches' code, which on a host shared by many
+#:   pipelines delays every start, a takeover's included (bench/FINDINGS.md §20).
 #: Options from HotSpot's ``java -XX:+PrintFlagsFinal``; Spark: https://spark.apache.org/docs/latest/configuration.html
 SIZINGS: Mapping[str, Mapping[str, str]] = {
     "standard": {"spark.driver.extraJavaOptions": _LOG_OPTIONS},
@@ -108,6 +112,13 @@ SIZINGS: Mapping[str, Mapping[str, str]] = {
             (
                 _LOG_OPTIONS,
                 "-XX:+UseSerialGC -Xms64m -XX:MaxNewSize=24m -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30",
+                "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=64m",
+                "-XX:MaxMetaspaceSize=192m -Xss512k",
+            )
+        ),
+        "spark.executor.extraJavaOptions": " ".join(
+            (
+                "-XX:+UseSerialGC -XX:MaxNewSize=48m",
                 "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=64m",
                 "-XX:MaxMetaspaceSize=192m -Xss512k",
             )

@@ -51,7 +51,6 @@ from pipelines.supervision.status import announce_status
 from streamforge_core import contract as c
 from streamforge_core import replay_signing
 from streamforge_core.kafka import KafkaConnection, admin_config, connection_environment
-from streamforge_core.process_priority import lower_priority
 from streamforge_core.schema_registry import RegistryConnection, registry_environment
 
 log = logging.getLogger("pipelines.supervision")
@@ -86,7 +85,8 @@ def driver_command(run: PipelineRun, spec_file: Path, conn: KafkaConnection) -> 
     claimed under a lease also gets ``--epoch N --lease-file PATH`` (its fence re-reads that file before
     each commit: ``pipelines.spark.fence``); on a ``spark://`` master, ``--driver-host`` and ``--cores-max``; a
     takeover (``is_takeover``) gets ``--no-warm-up``: its clock runs from the host's loss to the first batch
-    committed elsewhere, and that batch starts the Python workers the warm-up would have."""
+    committed elsewhere, and that batch starts the Python workers the warm-up would have; a host with a
+    ``DRIVER_NICENESS`` passes ``--niceness N``, which the driver takes once its first batch is done."""
     lease: list[str] = []
     if run.epoch is not None:
         lease = [
@@ -116,6 +116,7 @@ def driver_command(run: PipelineRun, spec_file: Path, conn: KafkaConnection) -> 
         *lease,
         *cluster,
         *(["--no-warm-up"] if is_takeover(run) else []),
+        *(["--niceness", str(settings.DRIVER_NICENESS)] if settings.DRIVER_NICENESS else []),
     ]  # fmt: skip
 
 
@@ -367,9 +368,6 @@ def _launch(
             start_new_session=True,  # its own session: outlives worker restarts, killable as one group
         )
     _children[process.pid] = process
-    # Now, while the driver imports (it starts its JVM only after): the JVM and the Python workers inherit
-    # it. On the group and its session rather than in a preexec_fn, which is unsafe in a threaded worker.
-    lower_priority(process.pid, settings.DRIVER_NICENESS)
     try:
         created = psutil.Process(process.pid).create_time()
     except psutil.Error:

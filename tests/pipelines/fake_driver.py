@@ -39,6 +39,7 @@ def main() -> int:
     parser.add_argument("--epoch", type=int)
     parser.add_argument("--lease-file")
     parser.add_argument("--fence-margin", type=float, default=3.0)
+    parser.add_argument("--niceness", type=int, default=0)  # the real driver's, taken after its first batch
     args = parser.parse_args(sys.argv[2:])
     fence = Fence(args.lease_file, str(args.run_id), args.epoch, args.fence_margin)
     next_check = 0.0

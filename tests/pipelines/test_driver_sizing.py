@@ -4,6 +4,8 @@ and the launcher lets exactly those through to the driver, with at most 2 malloc
 
 from __future__ import annotations
 
+import os
+
 import psutil
 import pytest
 
@@ -67,6 +69,12 @@ def test_sizing_standard_by_default_compact_on_request():
     assert not any(
         o.startswith("-Xmx") for o in options
     )  # Spark refuses -Xmx there: spark.driver.memory is it
+    # ... and the executors a standalone cluster starts for it: C1 and SerialGC, their heap left to
+    # spark.executor.memory (Spark refuses -Xmx there too)
+    executor = compact["spark.executor.extraJavaOptions"].split()
+    assert {"-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"} <= set(executor)
+    assert not any(o.startswith(("-Xmx", "-Xms")) for o in executor)
+    assert "spark.executor.extraJavaOptions" not in sizing_conf({})
     with pytest.raises(ValueError, match=f"{SIZING_ENV} must be one of compact, standard, not 'huge'"):
         sizing_conf({SIZING_ENV: "huge"})
 
@@ -115,16 +123,25 @@ def test_the_launcher_passes_the_hosts_class_archives():
 @pytest.mark.redis
 @pytest.mark.django_db
 @pytest.mark.parametrize("niceness", [0, 7])
-def test_a_launched_driver_and_what_it_starts_run_at_the_hosts_niceness(supervised, settings, niceness):  # noqa: F811
-    """STREAMFORGE_DRIVER_NICENESS reaches the driver the launcher starts (the stand-in driver, through the
-    real launch path): the console and supervision keep the CPU when drivers saturate the host."""
+def test_a_launched_driver_starts_at_the_runners_priority_and_is_told_the_hosts_niceness(
+    supervised,  # noqa: F811
+    settings,
+    niceness,
+):
+    """STREAMFORGE_DRIVER_NICENESS reaches the driver the launcher starts as ``--niceness`` (the stand-in
+    driver, through the real launch path), and the driver starts at the runner's own priority: a start or a
+    takeover is not held back by the pipelines already running. The real driver lowers itself after its first
+    batch (tests/pipelines/test_managed_pipeline.py)."""
     settings.DRIVER_NICENESS = niceness
     pipeline, operator, behaviour = supervised
     behaviour["name"] = "silent"
     supervision.request_start(actor=operator, pipeline=pipeline)
     _tick_until(lambda: PipelineRun.objects.filter(pipeline=pipeline).exclude(pid=None).exists())
     run = PipelineRun.objects.get(pipeline=pipeline)
-    assert psutil.Process(run.pid).nice() == niceness
-    # ... and its session's autogroup, which ranks it against the console's session (processes in other
-    # sessions): the nice value alone would leave every driver an equal share with the web.
-    assert autogroup_niceness(run.pid) in (None, niceness)
+    driver = psutil.Process(run.pid)
+    command = driver.cmdline()
+    told = command[command.index("--niceness") + 1] if "--niceness" in command else "0"
+    assert int(told) == niceness, command
+    assert driver.nice() == os.nice(0)
+    # ... its session's autogroup too (what ranks it against the console's session): left as it was made.
+    assert autogroup_niceness(run.pid) in (None, 0)

@@ -16,6 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from django.conf import settings as django_settings
@@ -27,6 +28,7 @@ from access.models import Role
 from pipelines import lag, progress, supervision
 from pipelines.models import MetricSample, Pipeline, PipelineRun, PipelineState
 from streamforge_core.kafka import KafkaConnection, consumer_config
+from streamforge_core.process_priority import autogroup_niceness
 from tests.factories import TeamFactory, member
 from tests.pipelines.spark.harness import consume_all, produce
 
@@ -140,6 +142,7 @@ def test_a_managed_pipeline_runs_recovers_stops_and_halts(
 ):
     # supervised_drivers after world: the drivers are killed before the world's topics are deleted
     settings.METRICS_TOKEN = "scrape-secret"  # what Prometheus sends
+    settings.DRIVER_NICENESS = 7  # a dense host's: taken by each driver once its first batch is done
     figures: dict[str, float] = {}
     test_started = time.monotonic()
     admin, operator = api_for(world["admin"]), api_for(world["operator"])
@@ -160,6 +163,8 @@ def test_a_managed_pipeline_runs_recovers_stops_and_halts(
     first = PipelineRun.objects.get(pipeline__name="managed")
     assert (first.state, first.attempt) == ("starting", 1)
     assert first.pid
+    # at the runner's own priority while it starts (its JVM is seconds away from a first batch)
+    assert psutil.Process(first.pid).nice() == os.nice(0)
 
     # and 100,000 records are produced
     started = time.monotonic()
@@ -184,6 +189,12 @@ def test_a_managed_pipeline_runs_recovers_stops_and_halts(
     # and so does /metrics
     assert prometheus_lag("managed", "scrape-secret") == {"0": 0.0, "1": 0.0}
     figures["lag_after_100k"] = body["lag"]
+    # ... and, its first batch done, the driver, its JVM and its Python workers yield the CPU to the console
+    # and to the next start: the host's niceness, on their process group and their session's autogroup.
+    driver = psutil.Process(first.pid)
+    alive = [p for p in [driver, *driver.children(recursive=True)] if p.status() != psutil.STATUS_ZOMBIE]
+    assert {p.nice() for p in alive} == {7}, [(p.pid, p.nice(), p.cmdline()[:3]) for p in alive]
+    assert autogroup_niceness(first.pid) in (None, 7)
 
     # When the driver is killed with SIGKILL, a new run starts by itself
     os.killpg(first.pid, signal.SIGKILL)
