@@ -112,6 +112,8 @@ def _run(
 ) -> int:
     import importlib
 
+    from confluent_kafka import KafkaException
+
     from chaos import report
     from chaos.context import Context, FaultResult
     from chaos.workload import (
@@ -119,6 +121,7 @@ def _run(
         SourceLog,
         accountant_for,
         create_topics,
+        delete_run_topics,
         new_tag,
         pipeline_keys,
         setup_team,
@@ -191,6 +194,11 @@ def _run(
             results.append(final)
         stop_pipelines(actor, handles.values(), reason="chaos run finished")
     passed = all(r.passed for r in results) and feeder.failed == 0
+    if passed:  # a failed run's topics stay, for whoever reads its report
+        try:
+            ctx.say(f"deleted the run's {len(delete_run_topics(bootstrap, tag))} topics")
+        except KafkaException as exc:
+            ctx.say(f"could not delete the run's topics: {exc}")
     summary = {
         "tag": tag,
         "seed": seed,

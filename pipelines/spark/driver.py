@@ -105,6 +105,9 @@ FENCED = c.Fenced.__name__
 FENCE_WATCH_SECONDS = 1.0
 #: How long a fenced micro-batch driver may take to stop its query before it leaves with ``os._exit``, seconds.
 FENCED_STOP_SECONDS = 10.0
+#: Seconds after its query started at which a driver that has had no batch yet (a source with nothing to
+#: read: Spark runs no micro-batch without new data) takes its host's niceness anyway.
+SETTLE_IDLE_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -135,8 +138,8 @@ class DriverOptions:
     #: Run the warm-up (``Driver._warm_up``) before the query starts. Off for a takeover, where the time to the
     #: first committed batch on the new host counts and that batch starts the Python workers anyway.
     warm_up: bool = True
-    #: The nice value (0-19) the driver lowers itself and what it started to once its first batch is done
-    #: (``Driver._settle_priority``); 0 keeps the priority it was started with.
+    #: The nice value (0-19) the driver, its JVM and its Python workers take once its first batch is done, or
+    #: ``SETTLE_IDLE_SECONDS`` after its query started without one (``Driver._settle_priority``); 0: none.
     niceness: int = 0
 
 
@@ -387,6 +390,8 @@ class Driver:
         self._stopping_fenced = False
         self.query: Any = None
         self._settled = False
+        self._settle_lock = threading.Lock()
+        self._query_started_at: float | None = None
 
     # -- side channels ------------------------------------------------------------------------------------
 
@@ -436,6 +441,9 @@ class Driver:
         """Beat at once, then every ``heartbeat_seconds``: a driver still starting Spark is alive too."""
         while True:
             self._beat()
+            started = self._query_started_at
+            if started is not None and time.monotonic() - started >= SETTLE_IDLE_SECONDS:
+                self._settle_priority()
             if self.stop_requested.wait(self.options.heartbeat_seconds):
                 return
 
@@ -680,16 +688,18 @@ class Driver:
         self.realtime_batch_ended.set()
 
     def _settle_priority(self) -> None:
-        """After the first finished batch: lower this driver, its JVM and its Python workers to
-        ``options.niceness`` (``streamforge_core.process_priority.lower_priority``, process group and session).
+        """After the first finished batch (or ``SETTLE_IDLE_SECONDS`` after the query started without one; once
+        either way): lower this driver, its JVM and its Python workers to ``options.niceness``
+        (``streamforge_core.process_priority.lower_priority``, process groups and session).
 
         A driver starts at its runner's priority, so a start, a restart or a takeover is not held back by the
         pipelines already running on a saturated host (a takeover's clock runs until its first batch), and
         only then yields the CPU to the console and to the next start. Only a driver that leads its own
         session (the launcher's) lowers anything: elsewhere the session is its caller's (a shell, a test)."""
-        if self._settled:
-            return
-        self._settled = True
+        with self._settle_lock:
+            if self._settled:
+                return
+            self._settled = True
         if self.options.niceness > 0 and os.getsid(0) == os.getpid():
             lower_priority(os.getpid(), self.options.niceness)
             log.info("first batch done: the driver now runs at nice %s", self.options.niceness)
@@ -765,6 +775,7 @@ class Driver:
             query = writer.start()
         self.query = query
         self.query_started.set()
+        self._query_started_at = time.monotonic()
         self._beat()  # supervision shows RUNNING now, not a heartbeat later
         self._install_signal_handlers(query)
         self._publish({"type": "started", "pipeline": options.pipeline, "run_id": options.run_id,

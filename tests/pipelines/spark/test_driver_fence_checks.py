@@ -117,6 +117,9 @@ def harness(tmp_path, monkeypatch):
         driver.fenced = threading.Event()
         driver._fenced_lock = threading.Lock()
         driver._stopping_fenced = False
+        driver._settled = False
+        driver._settle_lock = threading.Lock()
+        driver._query_started_at = None
         driver.query = None
         driver.writer_config = SimpleNamespace()  # type: ignore[assignment]
 
