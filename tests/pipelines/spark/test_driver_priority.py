@@ -21,7 +21,7 @@ def lowered(monkeypatch) -> list[tuple[int, int]]:
     """The (pid, niceness) of each ``lower_priority`` call, with this process taken for a session leader."""
     calls: list[tuple[int, int]] = []
     monkeypatch.setattr(driver_module, "lower_priority", lambda pid, niceness: calls.append((pid, niceness)))
-    monkeypatch.setattr(driver_module.os, "getsid", lambda _pid: os.getpid())
+    monkeypatch.setattr(os, "getsid", lambda _pid: os.getpid())
     return calls
 
 
@@ -49,7 +49,7 @@ def test_the_first_batch_lowers_the_driver_once(lowered):
 
 def test_a_driver_that_does_not_lead_its_session_lowers_nothing(lowered, monkeypatch):
     # started from a shell or a test: lowering "its" session would lower the caller's
-    monkeypatch.setattr(driver_module.os, "getsid", lambda _pid: os.getpid() + 1)
+    monkeypatch.setattr(os, "getsid", lambda _pid: os.getpid() + 1)
     _driver()._settle_priority()
     assert lowered == []
 
