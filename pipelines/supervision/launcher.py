@@ -51,6 +51,7 @@ from pipelines.supervision.status import announce_status
 from streamforge_core import contract as c
 from streamforge_core import replay_signing
 from streamforge_core.kafka import KafkaConnection, admin_config, connection_environment
+from streamforge_core.process_priority import lower_priority
 from streamforge_core.schema_registry import RegistryConnection, registry_environment
 
 log = logging.getLogger("pipelines.supervision")
@@ -86,7 +87,8 @@ def driver_command(run: PipelineRun, spec_file: Path, conn: KafkaConnection) -> 
     each commit: ``pipelines.spark.fence``); on a ``spark://`` master, ``--driver-host`` and ``--cores-max``; a
     takeover (``is_takeover``) gets ``--no-warm-up``: its clock runs from the host's loss to the first batch
     committed elsewhere, and that batch starts the Python workers the warm-up would have; a host with a
-    ``DRIVER_NICENESS`` passes ``--niceness N``, which the driver takes once its first batch is done."""
+    ``DRIVER_NICENESS`` passes ``--niceness N``, which the driver takes once its first batch is done (a
+    takeover, which ``_launch`` leaves at the runner's priority until then)."""
     lease: list[str] = []
     if run.epoch is not None:
         lease = [
@@ -368,6 +370,13 @@ def _launch(
             start_new_session=True,  # its own session: outlives worker restarts, killable as one group
         )
     _children[process.pid] = process
+    if not is_takeover(run):
+        # A start, a restart or a crash recovery runs at the host's niceness from the first instruction: twenty
+        # drivers starting at once at full weight starved the control plane that promotes them (bench/FINDINGS.md
+        # §20). Only a takeover starts at the runner's priority, lowering itself after its first batch (the
+        # driver's ``--niceness``): its clock runs from the host's loss. On the group and its session rather
+        # than in a preexec_fn, which is unsafe in a threaded worker; the JVM and Python workers inherit it.
+        lower_priority(process.pid, settings.DRIVER_NICENESS)
     try:
         created = psutil.Process(process.pid).create_time()
     except psutil.Error:

@@ -5,12 +5,14 @@ and the launcher lets exactly those through to the driver, with at most 2 malloc
 from __future__ import annotations
 
 import os
+import uuid
 
 import psutil
 import pytest
+from django.utils import timezone
 
 from pipelines import supervision
-from pipelines.models import PipelineRun
+from pipelines.models import PipelineRun, PipelineState
 from pipelines.spark.session import (
     CONF_ENV,
     CORES_ENV,
@@ -123,15 +125,13 @@ def test_the_launcher_passes_the_hosts_class_archives():
 @pytest.mark.redis
 @pytest.mark.django_db
 @pytest.mark.parametrize("niceness", [0, 7])
-def test_a_launched_driver_starts_at_the_runners_priority_and_is_told_the_hosts_niceness(
+def test_a_launched_driver_runs_at_the_hosts_niceness_and_is_told_it(
     supervised,  # noqa: F811
     settings,
     niceness,
 ):
-    """STREAMFORGE_DRIVER_NICENESS reaches the driver the launcher starts as ``--niceness`` (the stand-in
-    driver, through the real launch path), and the driver starts at the runner's own priority: a start or a
-    takeover is not held back by the pipelines already running. The real driver lowers itself after its first
-    batch (tests/pipelines/test_managed_pipeline.py)."""
+    """STREAMFORGE_DRIVER_NICENESS reaches the driver the launcher starts (the stand-in driver, through the
+    real launch path): lowered at launch, process group and session, and told as ``--niceness``."""
     settings.DRIVER_NICENESS = niceness
     pipeline, operator, behaviour = supervised
     behaviour["name"] = "silent"
@@ -142,6 +142,29 @@ def test_a_launched_driver_starts_at_the_runners_priority_and_is_told_the_hosts_
     command = driver.cmdline()
     told = command[command.index("--niceness") + 1] if "--niceness" in command else "0"
     assert int(told) == niceness, command
+    assert driver.nice() == max(niceness, os.nice(0))
+    # ... and its session's autogroup, which ranks it against the console's session (processes in other
+    # sessions): the nice value alone would leave every driver an equal share with the web.
+    assert autogroup_niceness(run.pid) in (None, niceness)
+
+
+@pytest.mark.redis
+@pytest.mark.django_db
+def test_a_takeovers_driver_starts_at_the_runners_priority(supervised, settings):  # noqa: F811
+    """A takeover (the previous run ended HostLost) is not lowered at launch: its clock runs from the host's
+    loss to its first batch, and it lowers itself after that batch (``--niceness``;
+    tests/pipelines/spark/test_driver_priority.py)."""
+    settings.DRIVER_NICENESS = 7
+    pipeline, operator, behaviour = supervised
+    behaviour["name"] = "silent"
+    PipelineRun.objects.create(
+        pipeline=pipeline, revision=pipeline.current_revision, run_id=uuid.uuid4(), attempt=1,
+        state=PipelineState.RESTARTING, host="runner-b", epoch=1, ended_at=timezone.now(), error_type="HostLost",
+    )  # fmt: skip
+    supervision.request_start(actor=operator, pipeline=pipeline)
+    _tick_until(lambda: PipelineRun.objects.filter(pipeline=pipeline).exclude(pid=None).exists())
+    run = PipelineRun.objects.filter(pipeline=pipeline).exclude(pid=None).get()
+    driver = psutil.Process(run.pid)
+    assert "--niceness" in driver.cmdline()
     assert driver.nice() == os.nice(0)
-    # ... its session's autogroup too (what ranks it against the console's session): left as it was made.
     assert autogroup_niceness(run.pid) in (None, 0)
