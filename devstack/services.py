@@ -821,7 +821,7 @@ RUNNER_CONCURRENCY = 4
 
 #: What a runner host of a multi-runner stack runs its drivers with, unless the environment says otherwise:
 #: README's settings for a host of many pipelines (compact JVMs, for the drivers and their cluster executors;
-#: each driver yields the CPU once its first batch is done, so a start or a takeover goes first).
+#: drivers at nice 10, a takeover only once its first batch is done, so a host's loss goes first).
 DENSE_RUNNER_ENV = {"STREAMFORGE_DRIVER_SIZING": "compact", "STREAMFORGE_DRIVER_NICENESS": "10"}
 
 
