@@ -692,17 +692,18 @@ class Driver:
         either way): lower this driver, its JVM and its Python workers to ``options.niceness``
         (``streamforge_core.process_priority.lower_priority``, process groups and session).
 
-        A driver starts at its runner's priority, so a start, a restart or a takeover is not held back by the
-        pipelines already running on a saturated host (a takeover's clock runs until its first batch), and
-        only then yields the CPU to the console and to the next start. Only a driver that leads its own
-        session (the launcher's) lowers anything: elsewhere the session is its caller's (a shell, a test)."""
+        A takeover's driver starts at its runner's priority (the launcher lowers every other launch at once),
+        so a host's loss is not held back by the pipelines already running on a saturated host (its clock
+        runs until its first batch), and only then yields the CPU to the console and to the next start; for a
+        driver lowered at launch this changes nothing. Only a driver that leads its own session (the
+        launcher's) lowers anything: elsewhere the session is its caller's (a shell, a test)."""
         with self._settle_lock:
             if self._settled:
                 return
             self._settled = True
         if self.options.niceness > 0 and os.getsid(0) == os.getpid():
             lower_priority(os.getpid(), self.options.niceness)
-            log.info("first batch done: the driver now runs at nice %s", self.options.niceness)
+            log.info("the driver now runs at nice %s", self.options.niceness)
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
