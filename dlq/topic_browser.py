@@ -40,7 +40,6 @@ from confluent_kafka import (
     OFFSET_END,
     Consumer,
     ConsumerGroupTopicPartitions,
-    KafkaError,
     KafkaException,
     TopicPartition,
 )
@@ -58,7 +57,7 @@ from pipelines.models import Pipeline
 from pipelines.selectors import visible_pipelines
 from pipelines.spec import PipelineSpec, parse_spec
 from streamforge_core import contract as c
-from streamforge_core.kafka import KafkaConnection, Record, admin_config, consumer_config
+from streamforge_core.kafka import KafkaConnection, Record, admin_config, consumer_config, reached_end
 
 #: Records per page, by default and at most.
 PAGE_SIZE = 50
@@ -520,10 +519,10 @@ def _read(
         # consume() returns once it has all 500 messages or its whole timeout has passed, never sooner: a short
         # timeout lets the loop stop soon after the range's last record.
         for msg in consumer.consume(num_messages=500, timeout=0.05):
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    remaining.discard(msg.partition() or 0)
+            if msg.error() is not None:
+                at = msg.partition()
+                if at in ranges and reached_end(msg, ranges[at][1]):
+                    remaining.discard(at)
                 continue
             record = Record.from_message(msg)
             end = ranges[record.partition][1]
@@ -679,10 +678,9 @@ def find_by_lineage(
         deadline = time.monotonic() + timeout
         while remaining and time.monotonic() < deadline and scanned < LINEAGE_SCAN_MAX_BYTES:
             for msg in consumer.consume(num_messages=500, timeout=0.05):
-                err = msg.error()
                 partition = msg.partition() or 0
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
+                if msg.error() is not None:
+                    if partition in ends and reached_end(msg, ends[partition]):
                         remaining.discard(partition)
                     continue
                 offset = msg.offset() or 0

@@ -456,6 +456,21 @@ def is_transient(error: KafkaError) -> bool:
     return error.retriable() or error.code() in TRANSIENT_ERRORS
 
 
+def reached_end(event: Message, end: int) -> bool:
+    """Whether consumer ``event`` (a ``_PARTITION_EOF`` event, with ``enable.partition.eof``) says its
+    partition has been read up to ``end`` (an exclusive offset the caller took from the watermarks, the last
+    stable offset under read_committed).
+
+    librdkafka posts the event with the offset its fetcher stood at (the end it saw); the event is a
+    notification, never a promise that earlier offsets were delivered. One below ``end`` is not the end:
+    the caller keeps reading, so a read never reports a range as complete, or moves past records, that it
+    did not see (librdkafka's CONFIGURATION.md, ``enable.partition.eof``)."""
+    error = event.error()
+    if error is None or error.code() != KafkaError._PARTITION_EOF:
+        return False
+    return (event.offset() or 0) >= end
+
+
 T = TypeVar("T")
 
 

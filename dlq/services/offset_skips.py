@@ -87,7 +87,7 @@ from pipelines.spec import PipelineSpec, parse_spec
 from pipelines.supervision import checkpoint_dir, request_start, request_stop
 from pipelines.supervision.launcher import local_checkpoint_path
 from streamforge_core import contract as c
-from streamforge_core.kafka import KafkaConnection, Record, admin_config, consumer_config
+from streamforge_core.kafka import KafkaConnection, Record, admin_config, consumer_config, reached_end
 
 log = logging.getLogger("dlq.offset_skips")
 
@@ -532,8 +532,10 @@ def _copy(skip: OffsetSkip, moves: Sequence[PartitionMove]) -> list[dict[str, An
                         )
                     error = message.error()
                     if error is not None:
+                        if reached_end(message, move.target):
+                            break  # the log ends at or before the target: every record below it was read
                         if error.code() == KafkaError._PARTITION_EOF:
-                            break  # the end of the log (records below the high watermark were all read)
+                            continue  # an end seen below the target: keep reading, never step over records
                         raise KafkaException(error)
                     record = Record.from_message(message)
                     if record.offset >= move.target:

@@ -1,9 +1,9 @@
-"""The Kafka boundary's pure logic (streamforge_core.kafka): retrying transient errors."""
+"""The Kafka boundary's pure logic (streamforge_core.kafka): retrying transient errors, partition ends."""
 
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from streamforge_core import kafka
 
@@ -99,3 +99,16 @@ def test_transient_errors_include_the_local_ones_kafka_does_not_mark_retriable()
     assert kafka.is_transient(KafkaError(KafkaError._TRANSPORT))
     assert kafka.is_transient(KafkaError(KafkaError.NOT_COORDINATOR))
     assert not kafka.is_transient(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+
+
+def test_an_end_of_partition_event_ends_a_read_only_at_or_past_its_end():
+    def eof(offset: int) -> Message:
+        return Message(topic="t", partition=0, offset=offset, error=KafkaError(KafkaError._PARTITION_EOF))
+
+    assert kafka.reached_end(eof(30), 30)
+    assert kafka.reached_end(eof(31), 30)
+    # An end seen below the range's end (a stale fetch) is not the end: the read goes on.
+    assert not kafka.reached_end(eof(0), 30)
+    assert not kafka.reached_end(Message(topic="t", partition=0, offset=30, value=b"v"), 30)
+    other = Message(topic="t", partition=0, offset=30, error=KafkaError(KafkaError._TRANSPORT))
+    assert not kafka.reached_end(other, 30)
