@@ -41,10 +41,8 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
 ]
 
-#: A processing-time trigger of an hour: after its first batch (at start) the driver reads nothing new until
-#: the next full hour (Spark aligns the trigger to multiples of the interval), so it stays behind the poison
-#: record while it runs, as a pipeline stuck on one would.
-HOUR_MS = 3_600_000
+#: The window the test needs between the driver's first batch and its next one, seconds.
+QUIET_S = 300
 POISON = 5
 
 
@@ -55,15 +53,22 @@ def record(i: int) -> tuple[bytes, bytes]:
     return f"k{i}".encode(), json.dumps(body).encode()
 
 
-def seconds_to_next_hour() -> float:
-    return (HOUR_MS - (time.time() * 1000) % HOUR_MS) / 1000
+def quiet_interval_ms(now_ms: float, quiet_s: float = QUIET_S) -> int:
+    """A processing-time trigger interval (whole minutes, 10 to 60: the spec allows up to an hour) whose next
+    firing after ``now_ms`` is at least ``quiet_s`` away. After its first batch (at start) the driver reads
+    nothing new until then, so it stays behind the poison record while the test runs, as a pipeline stuck on
+    one would. Spark aligns a processing-time trigger to multiples of its interval since the epoch
+    (``ProcessingTimeExecutor.nextBatchTime``), so the interval is chosen, not waited for."""
+    for minutes in range(60, 9, -1):
+        interval = minutes * 60_000
+        if interval - now_ms % interval >= quiet_s * 1000:
+            return interval
+    raise AssertionError("no interval of 10 to 60 minutes leaves the window free")
 
 
 @pytest.fixture
 def running(people, team, make_topic, kafka_admin, supervised_drivers):
     """A supervised pipeline of ``team`` running on a 1-partition source, having processed offsets 0-4."""
-    if seconds_to_next_hour() < 240:  # leave the hourly trigger out of the window the test needs
-        time.sleep(seconds_to_next_hour() + 5)
     source = make_topic("skip-src", partitions=1)
     suffix = uuid.uuid4().hex[:8]
     spec = {
@@ -71,7 +76,9 @@ def running(people, team, make_topic, kafka_admin, supervised_drivers):
         "destinations": [
             {"name": "a", "topic": f"skip-a-{suffix}", "filter": "/kind,==,a", "transform": "EXTRACT:/id,id"}
         ],
-        "delivery": {"commit_strategy": {"kind": "time", "interval_ms": HOUR_MS}},
+        "delivery": {
+            "commit_strategy": {"kind": "time", "interval_ms": quiet_interval_ms(time.time() * 1000)}
+        },
         "dlq": {"topic": f"skip-dlq-{suffix}"},
     }
     pipeline = create_pipeline(actor=people["admin"], name=f"skip-{suffix}", team=team, spec=spec)
