@@ -74,8 +74,10 @@ DENSITY_ENV: dict[str, str] = {
     # The driver JVM sized for a low-rate pipeline (pipelines.spark.session.SIZINGS).
     "STREAMFORGE_DRIVER_SIZING": "compact",
     "MALLOC_ARENA_MAX": "2",
-    # Drivers at nice 10: when 20 of them saturate the CPU, the console and supervision still get it.
-    "STREAMFORGE_DRIVER_NICENESS": "10",
+    # Drivers at nice 19 (weight 15 against a nice-0 session's 1024): on a host that also serves the console,
+    # 20 of them saturating the CPU leave it to the web, supervision and the broker (console p95 1,156 ms at
+    # nice 10, 576 ms at 19; bench/FINDINGS.md §20).
+    "STREAMFORGE_DRIVER_NICENESS": "19",
     # Supervision promotes to RUNNING within seconds of the query starting.
     "STREAMFORGE_RECONCILE_SECONDS": "2",
 }
@@ -437,13 +439,15 @@ print("DENSITY" + json.dumps(out))
 
 class Stack:
     """The control plane the scenario runs on: devstack's ``test`` profile (with the port offset of the
-    environment); starts what is not running with ``DENSITY_ENV`` and stops exactly that at the end."""
+    environment) serving as in production (``as_in_production``: the test profile's debug settings log every
+    query and compile every template, which is not what an operator's console costs); starts what is not
+    running with ``DENSITY_ENV`` and stops exactly that at the end."""
 
     NAMES = ("postgres", "web", "worker", "beat")
 
     def __init__(self, names: Sequence[str] = NAMES) -> None:
         self.names = tuple(names)
-        self.profile = _stack_profile()
+        self.profile = as_in_production(_stack_profile())
         self.started: list[str] = []
         self.reused: list[str] = []
 
@@ -791,7 +795,6 @@ def console(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default="")
     args = parser.parse_args(argv)
     stack = Stack(names=("postgres", "web"))
-    stack.profile = as_in_production(stack.profile)
     stack.up()
     spinning: list[subprocess.Popen[bytes]] = []
     try:

@@ -74,7 +74,7 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | STREAMFORGE_LEASE_GRACE_SECONDS | 3 | how long past a lease's expiry another runner waits before taking the pipeline over |
 | STREAMFORGE_DRIVER_FENCE_MARGIN_SECONDS | 3 | a driver stops committing this long before its lease expires |
 | STREAMFORGE_DRIVER_MEMORY_MB | 700 | memory placement charges a runner per pipeline driver |
-| STREAMFORGE_DRIVER_NICENESS | 0 | nice(1) value of the drivers a worker launches, with their JVMs and Python workers (1-19: the console and supervision keep the CPU when pipelines saturate the host; a takeover starts at the worker's priority and takes it after its first batch; 10 on dense hosts, bench/FINDINGS.md "Density" and §20) |
+| STREAMFORGE_DRIVER_NICENESS | 0 | nice(1) value of the drivers a worker launches, with their JVMs and Python workers (1-19: the console and supervision keep the CPU when pipelines saturate the host; a takeover starts at the worker's priority and takes it after its first batch; 10 on dense hosts, 19 where the host also serves the console; bench/FINDINGS.md "Density" and §20) |
 | STREAMFORGE_DRIVER_SIZING, STREAMFORGE_DRIVER_CORES, STREAMFORGE_DRIVER_CONF | standard, (the master's), (none) | read by each driver a worker launches: JVM sizing `standard` or `compact` (~500 MB per pipeline), Spark threads of a local master, extra Spark conf as JSON (`pipelines/spark/session.py`) |
 | STREAMFORGE_CHECKPOINT_ROOT | <state dir>/checkpoints | where pipelines' checkpoints live: a path or any Hadoop URI every runner reaches (`hdfs://`, `s3a://`) |
 | STREAMFORGE_METRICS_TOKEN | (none) | bearer token Prometheus sends to /metrics; unset: only signed-in admins read it |

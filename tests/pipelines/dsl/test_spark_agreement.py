@@ -37,7 +37,7 @@ MISSING_MODES: tuple[Literal["error", "passthrough", "null"], ...] = ("error", "
 NULL_MODES: tuple[Literal["passthrough", "error"], ...] = ("passthrough", "error")
 HANDLINGS = [ev.ErrorHandling(mode, nulls) for mode in MISSING_MODES for nulls in NULL_MODES]
 SETTINGS = settings(
-    max_examples=15,
+    max_examples=10,
     deadline=None,
     # CI runs a fixed set of examples, so a red build always names a reproducible change; explore new ones
     # with `pytest --hypothesis-seed=<n>` (and fix or record what they find in the known-differences list).
