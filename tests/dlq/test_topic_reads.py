@@ -32,40 +32,27 @@ def record(offset: int) -> Message:
     return Message(topic="t", partition=0, offset=offset, key=b"k", value=b'{"n": %d}' % offset)
 
 
-def test_an_end_seen_below_the_range_end_does_not_end_the_read():
-    consumer = ScriptedConsumer([eof(0), record(0), record(1), record(2), eof(3)])
+def read(events: list[Message], end: int, *, timeout: float = 5.0) -> tuple[list[int], bool]:
+    """The offsets ``_read`` returns for partition 0's range [0, ``end``) as ``events`` arrive, and whether it
+    stopped early."""
     records, stopped_early = topic_browser._read(
-        consumer,
+        ScriptedConsumer(events),  # type: ignore[arg-type]  # a stand-in for the two methods _read calls
         "t",
-        {0: (0, 3)},
-        timeout=5.0,
+        {0: (0, end)},
+        timeout=timeout,
         max_bytes=1 << 20,
     )
-    assert [r.offset for r in records] == [0, 1, 2]
-    assert not stopped_early
+    return [r.offset for r in records], stopped_early
+
+
+def test_an_end_seen_below_the_range_end_does_not_end_the_read():
+    assert read([eof(0), record(0), record(1), record(2), eof(3)], 3) == ([0, 1, 2], False)
 
 
 def test_a_range_whose_records_never_come_is_reported_as_stopped_early_not_as_empty():
-    consumer = ScriptedConsumer([eof(0)])
-    records, stopped_early = topic_browser._read(
-        consumer,
-        "t",
-        {0: (0, 3)},
-        timeout=0.3,
-        max_bytes=1 << 20,
-    )
-    assert records == []
-    assert stopped_early
+    assert read([eof(0)], 3, timeout=0.3) == ([], True)
 
 
 def test_an_end_at_the_range_end_ends_the_read_with_nothing_missing():
     # Offset 0 holds no visible record (a transaction marker, or an aborted record under read_committed).
-    consumer = ScriptedConsumer([eof(1)])
-    records, stopped_early = topic_browser._read(
-        consumer,
-        "t",
-        {0: (0, 1)},
-        timeout=5.0,
-        max_bytes=1 << 20,
-    )
-    assert (records, stopped_early) == ([], False)
+    assert read([eof(1)], 1) == ([], False)
