@@ -13,6 +13,7 @@ from typing import Any
 from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 
 from access.permissions import AnyUser, visible_teams
+from access.shared_reads import SharedRead, shared_read
 from pipelines import progress
 from pipelines.backlog import parked_backlog
 from pipelines.broadcast import LiveFigures
@@ -116,6 +117,12 @@ def overview_rows(user: AnyUser, *, now_ms: int | None = None) -> list[OverviewR
         )
         for p in pipelines
     ]
+
+
+def shared_overview_rows(user: AnyUser) -> SharedRead[list[OverviewRow]]:
+    """``overview_rows`` computed once for everyone who sees the same teams and shared for
+    ``SHARED_READ_SECONDS`` (``access.shared_reads``: at most that old, fresh for one who has just written)."""
+    return shared_read(user, "overview-rows", lambda: overview_rows(user))
 
 
 def revisions(pipeline: Pipeline, *, limit: int = 50) -> Sequence[PipelineRevision]:

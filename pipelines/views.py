@@ -19,10 +19,13 @@ from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
+from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
 from access.models import Role, Team
 from access.permissions import has_role, is_admin
+from access.shared_reads import shared_fragment
 from pipelines import editor, presenters, selectors, supervision
 from pipelines.backlog import parked_backlog
 from pipelines.clusters import connection_for
@@ -65,11 +68,16 @@ def _actor(request: HttpRequest) -> User:
 def overview(request: HttpRequest) -> HttpResponse:
     """``/``: every pipeline the user may see with state, rates, lag, dead-lettered records and alerts;
     kept live by ``/ws/pipelines/``."""
+    rows = selectors.shared_overview_rows(request.user)
+    rows_html = shared_fragment(
+        rows, "overview-rows", lambda: render_to_string("pipelines/_overview_rows.html", {"rows": rows.value})
+    )
     return render(
         request,
         "pipelines/overview.html",
         {
-            "rows": selectors.overview_rows(request.user),
+            "rows": rows.value,
+            "rows_html": mark_safe(rows_html),  # noqa: S308  # rendered from our template, autoescaped
             "can_create": is_admin(request.user),
             "rate_window": RATE_WINDOW_SECONDS,
         },
@@ -80,7 +88,8 @@ def overview(request: HttpRequest) -> HttpResponse:
 @require_GET
 def overview_json(request: HttpRequest) -> JsonResponse:
     """The overview's rows as JSON: what the page reloads after its websocket reconnects."""
-    return JsonResponse({"pipelines": [row.as_json() for row in selectors.overview_rows(request.user)]})
+    rows = selectors.shared_overview_rows(request.user).value
+    return JsonResponse({"pipelines": [row.as_json() for row in rows]})
 
 
 @login_required

@@ -31,6 +31,7 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | STREAMFORGE_AUDIT_ANCHOR_TIMEOUT | 5 | seconds the audit anchor waits for Kafka (creating its topic, reading it back) before giving up |
 | STREAMFORGE_HTTPS | not debug | secure cookies, HSTS and the HTTPS redirect |
 | STREAMFORGE_RECONCILE_SECONDS | 5 | how often the beat compares desired and actual pipeline state |
+| STREAMFORGE_SHARED_READ_SECONDS | 1 | the overview's rows and the pipeline list's pages are computed once per set of visible teams and shared for this many seconds (whoever has just changed something reads afresh); 0: computed for every request |
 | STREAMFORGE_START_TIMEOUT | 300 | seconds a new driver may take to send its first heartbeat |
 | STREAMFORGE_HEARTBEAT_STALE | 45 | seconds without a heartbeat after which a running driver is restarted |
 | STREAMFORGE_STOP_TIMEOUT | 90 | seconds a stopping driver may take before its process group is killed |
@@ -186,6 +187,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "access.middleware.audit_actor",
+    "access.shared_reads.remember_writes",
     "allauth.account.middleware.AccountMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -352,6 +354,9 @@ CELERY_TASK_DEFAULT_QUEUE = env_str("STREAMFORGE_CELERY_QUEUE", "celery")
 
 # Supervision of pipeline drivers (pipelines.supervision) and the beat's schedule.
 RECONCILE_SECONDS = env_int("STREAMFORGE_RECONCILE_SECONDS", 5, minimum=1)
+# The overview's rows and the pipeline list's pages, computed once per set of visible teams and shared for this
+# long (access.shared_reads); 0 turns sharing off.
+SHARED_READ_SECONDS = env_int("STREAMFORGE_SHARED_READ_SECONDS", 1, minimum=0)
 DRIVER_START_TIMEOUT_SECONDS = env_int("STREAMFORGE_START_TIMEOUT", 300, minimum=10)
 DRIVER_HEARTBEAT_STALE_SECONDS = env_int("STREAMFORGE_HEARTBEAT_STALE", 45, minimum=10)
 DRIVER_STOP_TIMEOUT_SECONDS = env_int("STREAMFORGE_STOP_TIMEOUT", 90, minimum=1)

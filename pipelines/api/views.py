@@ -21,6 +21,7 @@ from rest_framework.views import APIView
 
 from access.models import Role
 from access.permissions import InATeam, has_role, visible_teams
+from access.shared_reads import shared_read
 from access.throttling import DSL_SCOPE, DSL_THROTTLES
 from pipelines import dsl, supervision
 from pipelines.api.serializers import (
@@ -271,10 +272,16 @@ class PipelineViewSet(viewsets.GenericViewSet[Pipeline]):
 
     def list(self, request: Request) -> Response:
         """Every visible pipeline with its state (paginated); a constant number of queries per page
-        (``selectors.with_latest_runs``)."""
-        page = self.paginate_queryset(with_latest_runs(self.get_queryset()))
-        data = PipelineSerializer(page, many=True).data
-        return self.get_paginated_response(data)
+        (``selectors.with_latest_runs``). A page is computed once for everyone who sees the same teams and
+        shared for ``SHARED_READ_SECONDS`` (``access.shared_reads``: at most that old, fresh for a caller
+        who has just written)."""
+
+        def page() -> Any:
+            pipelines = self.paginate_queryset(with_latest_runs(self.get_queryset()))
+            return self.get_paginated_response(PipelineSerializer(pipelines, many=True).data).data
+
+        url = request.build_absolute_uri()
+        return Response(shared_read(request.user, "api-pipelines", page, variant=url).value)
 
     def retrieve(self, request: Request, name: str) -> Response:
         """One pipeline: states, current revision and spec, the latest run."""
