@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from access.models import Team
 from dlq.ingest import TopicOwner, store_batch
+from dlq.models import DeadLetter
 from pipelines.models import (
     Alert,
     AlertSeverity,
@@ -155,3 +156,17 @@ def seed(*, team: Team, admin: User, n: int, prefix: str) -> list[Pipeline]:
         _park(pipeline, DEAD_LETTERS)
         made.append(pipeline)
     return made
+
+
+def clear(*, prefix: str) -> None:
+    """Remove what ``seed(prefix=...)`` wrote: its pipelines (with their runs, figures, alerts and parked dead
+    letters) and its two runner hosts. A stack that keeps its database between runs (devstack's ``test``
+    profile) otherwise carries them into the next benchmark, whose worker would find two registered hosts that
+    are lost and place nothing on itself."""
+    with transaction.atomic():
+        seeded = Pipeline.objects.filter(name__regex=rf"^{prefix}-[0-9]+$")
+        DeadLetter.objects.filter(pipeline__in=seeded).delete()
+        PipelineRun.objects.filter(pipeline__in=seeded).delete()  # a run protects its revision
+        seeded.update(current_revision=None)
+        seeded.delete()
+        RunnerHost.objects.filter(name__in=[f"{prefix}-runner-{i}" for i in range(2)]).delete()

@@ -742,6 +742,21 @@ seed(team=Team.objects.get(name={team!r}), admin=User.objects.get(username="dens
         )
 
 
+def _clear_console(profile: Any, prefix: str) -> None:
+    """``bench.console_world.clear`` on the stack's database (a ``manage.py shell``): the seeded pipelines and
+    runner hosts must not outlive the run (the density row's worker would place nothing beside two lost
+    hosts). Raises RuntimeError when the shell fails."""
+    from devstack.services import django_env
+
+    script = f"from bench.console_world import clear\nclear(prefix={prefix!r})\n"
+    result = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", script],
+        cwd=REPO, env={**os.environ, **django_env(profile)}, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise RuntimeError(f"could not clear the console's pipelines:\n{result.stderr[-3000:]}")
+
+
 _BURN = "while True:\n    pass\n"
 
 
@@ -811,6 +826,7 @@ def console(argv: list[str] | None = None) -> int:
         for proc in spinning:
             proc.kill()
             proc.wait(10)
+        _clear_console(stack.profile, f"console-{args.pipelines}")
         started = list(stack.started)
         stack.down()
     p95 = result["overall_ms"].get("p95", float("inf"))

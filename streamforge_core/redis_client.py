@@ -36,3 +36,26 @@ def shared(url: str, *, timeout: float = 5.0) -> redis.Redis:
             if client is None:
                 client = _shared[key] = connect(url, timeout=timeout)
     return client
+
+
+class ProcessConnectionPool:
+    """Where redis-py's ``ConnectionPool`` class is expected (its ``from_url``): a connection pool shared by
+    every client in the process that asks for the same URL and options.
+
+    Django keeps a cache client per thread (per asyncio context under ASGI), and the ASGI handler serves each
+    request in a thread of its own: with redis-py's own pool every request opened, and left to the garbage
+    collector, a new connection. Django's ``RedisCache`` takes this class as its ``pool_class`` option.
+    redis-py's pool is thread-safe and, after a fork, drops the parent's connections on first use."""
+
+    _pools: dict[tuple[str, str], redis.ConnectionPool] = {}
+    _pools_lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: object) -> redis.ConnectionPool:
+        """The process's pool for ``url`` and ``kwargs`` (made on first use, as redis-py's ``from_url``)."""
+        key = (url, repr(sorted(kwargs.items())))
+        with cls._pools_lock:
+            pool = cls._pools.get(key)
+            if pool is None:
+                pool = cls._pools[key] = redis.ConnectionPool.from_url(url, **kwargs)
+            return pool

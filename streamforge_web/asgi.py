@@ -6,6 +6,9 @@ import os
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "streamforge_web.settings")
+# A pool of PostgreSQL connections for this process: under ASGI each request runs in a thread of its own, and
+# a thread's persistent connection would be a new connection per request (settings.DB_POOL).
+os.environ.setdefault("STREAMFORGE_DB_POOL", "8")
 django_asgi_app = get_asgi_application()  # first: it sets Django up before the imports below touch models
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402

@@ -10,6 +10,7 @@ off, a secret key must be given and HTTPS hardening is on, so ``manage.py check 
 | DJANGO_ALLOWED_HOSTS | 127.0.0.1,localhost | host names served |
 | DJANGO_CSRF_TRUSTED_ORIGINS | (none) | extra origins for CSRF, e.g. https://sf.example.com |
 | DATABASE_URL | sqlite:///<repo>/db.sqlite3 | any dj-database-url URL (postgres://... for PostgreSQL) |
+| STREAMFORGE_DB_POOL | 8 in a web process (ASGI), else 0 | PostgreSQL connections one process keeps in a pool (at most); 0: one persistent connection per thread, as workers and beats use |
 | REDIS_URL | redis://127.0.0.1:6379/0 | Celery broker and results, Channels layer, driver progress |
 | KAFKA_BOOTSTRAP_SERVERS | 127.0.0.1:9092 | the default Kafka cluster (others are named clusters, added by admins); KAFKA_SECURITY_PROTOCOL and the rest: README "Connecting to a secured Kafka cluster" |
 | STREAMFORGE_KAFKA_CREDENTIAL_DIRS | /run/secrets,/etc/streamforge/kafka | directories a named cluster's password, CA, certificate and key files must be in |
@@ -235,6 +236,20 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # the browser) need it in a file those processes can open; an in-memory one is private to pytest.
     DATABASES["default"]["TEST"] = {"NAME": str(STATE_DIR / "test-db.sqlite3")}
 
+# Under ASGI Django serves each request in a thread of its own, and a persistent connection belongs to its
+# thread: every request opened a PostgreSQL connection (a backend forked, SCRAM authentication), 5-20 ms of CPU
+# on a loaded host. Django's deployment notes say to turn persistent connections off under ASGI and use the
+# backend's pool; streamforge_web.asgi sets STREAMFORGE_DB_POOL, so every web process has one. Workers and
+# beats keep their long-lived persistent connection.
+DB_POOL = env_int("STREAMFORGE_DB_POOL", 0, minimum=0)
+if DB_POOL and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # Django refuses a pool beside persistent connections
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": DB_POOL,
+        "timeout": 10,  # seconds a request waits for a free connection before it fails
+    }  # CONN_HEALTH_CHECKS (on) makes Django check each connection the pool hands out
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -416,6 +431,14 @@ CACHES = {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "streamforge",
+        "OPTIONS": {
+            # One pool per process: under ASGI each request has a cache client of its own (redis_client).
+            "pool_class": "streamforge_core.redis_client.ProcessConnectionPool",
+            # Seconds: a Redis that stops answering fails a cache call (rate limits, shared reads fail open)
+            # instead of holding the request.
+            "socket_connect_timeout": 2,
+            "socket_timeout": 2,
+        },
     }
 }
 
